@@ -1,0 +1,1 @@
+"""fedjax_het: heterogeneous federated learning in JAX."""
