@@ -1,0 +1,15 @@
+"""Federated methods, each a small bundle of pure functions on the engine."""
+from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.algorithms.fedavg import FedAvg
+
+ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
+    FedAvg.name: FedAvg,
+}
+
+
+def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
+  """Instantiates the method called `name` for a model and federated data."""
+  if name not in ALGORITHMS:
+    raise ValueError(f'unknown algorithm {name!r}; choose one of '
+                     f'{", ".join(sorted(ALGORITHMS))}.')
+  return ALGORITHMS[name](config, model, data)

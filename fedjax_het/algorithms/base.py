@@ -1,0 +1,179 @@
+"""The base of every federated method: a bundle of pure functions on the engine.
+
+A method subclasses `FederatedAlgorithm` and overrides only what it changes:
+
+- `sample_clients(state, key)`: who takes part (default: K clients uniformly
+  without replacement).
+- `plan_clients(state, client_ids, keys)`: per-client arrays — steps, lr,
+  weight, segment, mask (default: full model, config's steps and lr, weights by
+  `aggregation_weights`).
+- `forward_params(params, plan)`: the parameters the client's forward pass
+  sees (default: the params times the plan's mask, i.e. the submodel).
+- `aggregate(state, plans, outputs)`: the new global parameters (default: the
+  masked weighted mean of the deltas as the server optimiser's
+  pseudo-gradient).
+
+The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
+`client_update` and `finish_round`; all are pure and jit-able. The federated
+data (`FederatedData`) is passed to them as an argument on every call; the
+algorithm only reads static facts (sizes, counts) from the data it is built
+with.
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from fedjax_het.core import aggregation, client, sampling
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+
+PyTree = Any
+
+
+def payload_bytes(params: PyTree, mask: PyTree = None) -> jax.Array:
+  """Bytes of the (sub)model a client exchanges: Σ_leaves |mask| · itemsize."""
+  if mask is None:
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+    return jnp.asarray(total, jnp.float32)
+  sizes = jax.tree.map(
+      lambda p, m: jnp.sum(m != 0).astype(jnp.float32) * p.dtype.itemsize,
+      params, mask)
+  return sum(jax.tree.leaves(sizes))
+
+
+def occurrence_index(client_ids: jax.Array) -> jax.Array:
+  """For each slot, how many earlier slots drew the same client. int32 [K]."""
+  same = client_ids[:, None] == client_ids[None, :]
+  earlier = jnp.tril(same, k=-1)
+  return earlier.sum(axis=1).astype(jnp.int32)
+
+
+class FederatedAlgorithm:
+  """Shared mechanism of all methods; see the module docstring.
+
+  Args:
+    config: the run's `ConfigDict` (core keys in `fedjax_het.config`).
+    model: a flax.linen module whose `apply({'params': p}, x, train=...)`
+      returns logits.
+    data: `FederatedData` of the clients' training sets.
+  """
+
+  name = 'base'
+
+  def __init__(self, config: ml_collections.ConfigDict, model, data):
+    self.config = config
+    self.model = model
+    self.num_clients = int(data.counts.shape[0])
+    self.client_counts = jnp.asarray(data.counts, jnp.int32)
+    self.cohort_size = int(config.clients_per_round)
+    self.client_update = client.make_client_update(
+        self.loss, client.sgd_factory(config.client_momentum,
+                                      config.client_weight_decay),
+        data, max_steps=self.max_local_steps(), batch_size=config.batch_size,
+        scan_unroll=config.scan_unroll)
+
+  # ---- configuration hooks -------------------------------------------------
+  def max_local_steps(self) -> int:
+    """Static length of the local-training scan."""
+    return int(self.config.local_steps)
+
+  def server_optimizer(self) -> optax.GradientTransformation:
+    momentum = self.config.server_momentum or None
+    return optax.sgd(self.config.server_lr, momentum=momentum)
+
+  def init_extras(self, params: PyTree) -> PyTree:
+    """Algorithm-specific server state (None by default)."""
+    del params
+    return None
+
+  # ---- state ---------------------------------------------------------------
+  def init(self, params: PyTree, key: jax.Array) -> ServerState:
+    return ServerState(
+        params=params,
+        opt_state=self.server_optimizer().init(params),
+        round=jnp.zeros((), jnp.int32),
+        key=key,
+        extras=self.init_extras(params))
+
+  # ---- round phase 1: plans ------------------------------------------------
+  def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
+    del state
+    return sampling.uniform_without_replacement(key, self.num_clients,
+                                                self.cohort_size)
+
+  def client_weights(self, client_ids: jax.Array) -> jax.Array:
+    """Aggregation weights: examples held, or 1 per client."""
+    if self.config.aggregation_weights == 'examples':
+      return self.client_counts[client_ids].astype(jnp.float32)
+    return jnp.ones(client_ids.shape, jnp.float32)
+
+  def plan_clients(self, state: ServerState, client_ids: jax.Array,
+                   keys: jax.Array) -> ClientPlan:
+    del state
+    k = client_ids.shape[0]
+    return ClientPlan(
+        client_id=client_ids,
+        key=keys,
+        num_steps=jnp.full((k,), self.config.local_steps, jnp.int32),
+        lr=jnp.full((k,), self.config.client_lr, jnp.float32),
+        weight=self.client_weights(client_ids),
+        segment=jnp.zeros((k,), jnp.int32))
+
+  def plan_round(self, state: ServerState, data=None) -> ClientPlan:
+    """Samples the cohort and plans every client. Keys: round ⊕ client id."""
+    del data  # plans depend on static client facts only, by default.
+    round_key = jax.random.fold_in(state.key, state.round)
+    sample_key, clients_key = jax.random.split(round_key)
+    client_ids = self.sample_clients(state, sample_key)
+    per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+        clients_key, client_ids)
+    keys = jax.vmap(jax.random.fold_in)(per_client,
+                                        occurrence_index(client_ids))
+    return self.plan_clients(state, client_ids, keys)
+
+  # ---- round phase 2: local training ---------------------------------------
+  def forward_params(self, params: PyTree, plan: ClientPlan) -> PyTree:
+    if plan.mask is None:
+      return params
+    return jax.tree.map(lambda p, m: p * m.astype(p.dtype), params, plan.mask)
+
+  def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
+           plan: ClientPlan) -> jax.Array:
+    """Mean softmax cross-entropy of a batch under the client's forward."""
+    logits = self.model.apply({'params': self.forward_params(params, plan)},
+                              x, train=True)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+  # ---- round phase 3: aggregation ------------------------------------------
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
+    """New (params, opt_state, extras) from the clients' deltas."""
+    pseudo_grad = aggregation.masked_mean(outputs.delta, plans.weight,
+                                          plans.mask)
+    updates, opt_state = self.server_optimizer().update(
+        pseudo_grad, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state, state.extras
+
+  def round_metrics(self, state: ServerState, plans: ClientPlan,
+                    outputs: ClientOutput) -> dict[str, jax.Array]:
+    """Scalars logged per round: loss, examples and bytes exchanged."""
+    per_client_bytes = jax.vmap(lambda m: payload_bytes(state.params, m))(
+        plans.mask) if plans.mask is not None else jnp.full(
+            plans.weight.shape, payload_bytes(state.params))
+    uploaded = plans.weight > 0
+    return {
+        'train_loss': jnp.mean(outputs.loss),
+        'examples': jnp.sum(outputs.num_examples),
+        'bytes_down': jnp.sum(per_client_bytes),
+        'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
+    }
+
+  def finish_round(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> tuple[ServerState, dict]:
+    metrics = self.round_metrics(state, plans, outputs)
+    params, opt_state, extras = self.aggregate(state, plans, outputs)
+    new_state = state.replace(params=params, opt_state=opt_state,
+                              round=state.round + 1, extras=extras)
+    return new_state, metrics

@@ -1,0 +1,18 @@
+"""FedAvg (McMahan et al., 2017) on the shared engine.
+
+Each round K clients are drawn uniformly without replacement, each runs
+`local_steps` SGD steps of batch `batch_size` from the global model, and the
+server moves along the weighted mean of the deltas:
+
+    x ← x − η_s · Σ_c w_c (x − x_c) / Σ_c w_c,
+
+with w_c = n_c (examples held; `aggregation_weights='examples'`) or 1, and η_s
+= `server_lr` (1 recovers the plain weighted average of the client models).
+Every piece is the base class's shared mechanism: FedAvg is the method that
+changes nothing.
+"""
+from fedjax_het.algorithms.base import FederatedAlgorithm
+
+
+class FedAvg(FederatedAlgorithm):
+  name = 'fedavg'

@@ -1,0 +1,146 @@
+"""Command line: `fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]`.
+
+With no arguments it runs `experiments/quickstart.py`. Overrides are Python
+literals (`--config.capacities='(0.25, 1.0)'`, `--config.rounds=50`); a value
+that is not a literal is taken as a string (`--config.dataset=mnist`).
+Bad input ends with one line on stderr and a non-zero exit, no traceback.
+"""
+import ast
+import importlib.util
+import os
+import sys
+
+import ml_collections
+
+from fedjax_het.config import ConfigError
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'quickstart.py')
+
+USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]
+
+  --config PATH        experiment file defining get_config()
+                       (default: experiments/quickstart.py)
+  --workdir DIR        where outputs and checkpoints go (default: runs/<config name>);
+                       re-running on the same workdir resumes
+  --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
+"""
+
+
+def load_config(path: str) -> ml_collections.ConfigDict:
+  """Imports an experiment file and returns its `get_config()`."""
+  if not os.path.isfile(path):
+    raise ConfigError(f'config file {path!r} does not exist.')
+  spec = importlib.util.spec_from_file_location('fedjax_het_experiment', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, 'get_config'):
+    raise ConfigError(f'config file {path!r} defines no get_config().')
+  return module.get_config()
+
+
+def parse_value(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def apply_override(config: ml_collections.ConfigDict, dotted_key: str,
+                   value) -> None:
+  """Sets `config.<dotted_key> = value`, with clear errors."""
+  *parents, leaf = dotted_key.split('.')
+  node = config
+  for i, part in enumerate(parents):
+    if part not in node or not isinstance(node[part],
+                                          ml_collections.ConfigDict):
+      raise ConfigError(
+          f'unknown config key {".".join(parents[:i + 1])!r}.')
+    node = node[part]
+  if leaf not in node:
+    if node is config or parents[-1:] != ['model_options']:
+      raise ConfigError(f'unknown config key {dotted_key!r}.')
+  elif isinstance(node[leaf], tuple) and isinstance(value, list):
+    value = tuple(value)
+  elif isinstance(node[leaf], float) and isinstance(value, int) and not \
+      isinstance(value, bool):
+    value = float(value)
+  try:
+    node[leaf] = value
+  except TypeError as e:
+    raise ConfigError(f'--config.{dotted_key}: {e}.') from e
+
+
+def parse_args(argv: list[str]) -> tuple[str, str | None, list[tuple[str, str]]]:
+  """Returns (config path, workdir or None, [(dotted key, raw value)])."""
+  config_path, workdir, overrides = DEFAULT_CONFIG, None, []
+  args = list(argv)
+  while args:
+    arg = args.pop(0)
+    if arg in ('-h', '--help'):
+      print(USAGE)
+      sys.exit(0)
+    if not arg.startswith('--'):
+      raise ConfigError(f'unexpected argument {arg!r}; see --help.')
+    name, eq, value = arg[2:].partition('=')
+    if not eq:
+      if not args:
+        raise ConfigError(f'--{name} needs a value.')
+      value = args.pop(0)
+    if name == 'config':
+      config_path = value
+    elif name == 'workdir':
+      workdir = value
+    elif name.startswith('config.'):
+      overrides.append((name[len('config.'):], value))
+    else:
+      raise ConfigError(f'unknown option --{name}; see --help.')
+  return config_path, workdir, overrides
+
+
+def resolve(argv: list[str]) -> tuple[ml_collections.ConfigDict, str]:
+  """The config (with overrides applied) and workdir named by `argv`."""
+  config_path, workdir, overrides = parse_args(argv)
+  config = load_config(config_path)
+  for key, raw in overrides:
+    apply_override(config, key, parse_value(raw))
+  if workdir is None:
+    name = os.path.splitext(os.path.basename(config_path))[0]
+    workdir = os.path.join('runs', name)
+  return config, workdir
+
+
+def _print_summary(summary: dict, workdir: str) -> None:
+  print(f'\n{summary["algorithm"]} on {summary["dataset"]} '
+        f'({summary["model"]}, {summary["num_params"]:,} parameters)')
+  print(f'  rounds               {summary["rounds"]}')
+  print(f'  final test accuracy  {summary["final_test_accuracy"]:.4f}')
+  print(f'  best test accuracy   {summary["best_test_accuracy"]:.4f}')
+  if summary['s_per_round_median'] is not None:
+    print(f'  seconds per round    {summary["s_per_round_median"]:.4f}')
+  print(f'  wall time            {summary["wall_time_s"]:.1f} s')
+  print(f'  outputs              {workdir}')
+
+
+def main(argv: list[str] | None = None) -> int:
+  from fedjax_het import checkpoint, run  # pylint: disable=g-import-not-at-top
+  from fedjax_het.core.backends import ClientError  # pylint: disable=g-import-not-at-top
+  argv = sys.argv[1:] if argv is None else argv
+  try:
+    config, workdir = resolve(argv)
+    summary = run.train(config, workdir)
+  except ConfigError as e:
+    print(f'fedjax-het: error: {e}', file=sys.stderr)
+    return 2
+  except (run.TrainingDiverged, checkpoint.CheckpointError, ClientError) as e:
+    print(f'fedjax-het: {e}', file=sys.stderr)
+    return 1
+  except run.RunInterrupted as e:
+    print(f'\nfedjax-het: {e}', file=sys.stderr)
+    return 130
+  _print_summary(summary, workdir)
+  return 0
+
+
+def console_main() -> None:
+  sys.exit(main())

@@ -1,0 +1,76 @@
+"""Client-axis backends: how the selected clients' updates are computed.
+
+Every backend runs the same pure `client_update(global_params, plan, data)` over a
+batched `ClientPlan` (leading cohort axis) and returns a batched
+`ClientOutput`; only the driver differs, so results agree across backends.
+
+- `vmap`: all clients in one vectorised computation (best on GPU/TPU for dense
+  models; convolutions become grouped convolutions, see PERF_NOTES.md).
+- `map`: `lax.map` over clients, optionally `chunk_size` clients vmapped at a
+  time (lower memory; avoids grouped convolutions when chunk_size is 1).
+- `sequential`: a host loop of one jitted call per client. It is the
+  debugging backend (like FedJAX's): a failure or a non-finite loss names the
+  client and round. It cannot run inside an outer jit.
+"""
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het.core.state import ClientOutput, ClientPlan
+
+PyTree = Any
+ClientUpdate = Callable[[PyTree, ClientPlan, Any], ClientOutput]
+
+BACKENDS = ('vmap', 'map', 'sequential')
+COMPILED_BACKENDS = ('vmap', 'map')
+
+
+class ClientError(RuntimeError):
+  """A client's update failed or diverged (raised by the sequential backend)."""
+
+
+def run_vmap(client_update: ClientUpdate, params: PyTree, plans: ClientPlan,
+             data) -> ClientOutput:
+  return jax.vmap(client_update, in_axes=(None, 0, None))(params, plans, data)
+
+
+def run_map(client_update: ClientUpdate, params: PyTree, plans: ClientPlan,
+            data, chunk_size: int | None = None) -> ClientOutput:
+  return jax.lax.map(lambda plan: client_update(params, plan, data), plans,
+                     batch_size=chunk_size or None)
+
+
+def run_sequential(client_update: ClientUpdate, params: PyTree,
+                   plans: ClientPlan, data, round_index: int | None = None,
+                   jitted_update: ClientUpdate | None = None) -> ClientOutput:
+  """Runs clients one by one on the host; errors name the failing client.
+
+  Args:
+    client_update: the pure client update.
+    params: global parameters.
+    plans: batched plans (concrete arrays, not traced).
+    data: the federated data.
+    round_index: used in error messages.
+    jitted_update: a cached `jax.jit(client_update)`, to avoid re-tracing.
+  """
+  update = jitted_update or jax.jit(client_update)
+  cohort = int(plans.client_id.shape[0])
+  where = '' if round_index is None else f' in round {round_index}'
+  outputs = []
+  for slot in range(cohort):
+    plan = jax.tree.map(lambda x, i=slot: x[i], plans)
+    client_id = int(plan.client_id)
+    try:
+      out = update(params, plan, data)
+      loss = float(out.loss)
+    except Exception as e:  # re-raised with the client named, cause kept.
+      raise ClientError(
+          f'client {client_id} (cohort slot {slot}){where} failed: {e}') from e
+    if not np.isfinite(loss):
+      raise ClientError(
+          f'client {client_id} (cohort slot {slot}){where} produced a '
+          f'non-finite training loss ({loss}).')
+    outputs.append(out)
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)

@@ -1,0 +1,102 @@
+"""The round compiler: one federated round as one pure, compiled function.
+
+A round has three pure phases, all defined by the algorithm:
+
+    plans          = algorithm.plan_round(state, data)          # sample + per-client plans
+    outputs        = backend(client_update)(params, plans, data) # local training
+    state, metrics = algorithm.finish_round(state, plans, outputs)  # aggregate + server step
+
+With a compiled backend (`vmap`, `map`) the three phases trace into one
+`jax.jit` and a chunk of rounds runs in `lax.scan` with the state buffers
+donated. With `sequential` the middle phase is a host loop of per-client jitted
+calls (for debugging and for CPU, where it can be fastest; PERF_NOTES.md).
+The federated data is always an argument, never a closure, so it is not
+compiled into the program as a constant and stays on device between rounds.
+"""
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het.core import backends
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+
+Metrics = dict[str, jax.Array]
+
+
+class RoundAlgorithm(Protocol):
+  """What the round compiler needs from an algorithm."""
+
+  def plan_round(self, state: ServerState, data: Any) -> ClientPlan:
+    ...
+
+  def client_update(self, params: Any, plan: ClientPlan,
+                    data: Any) -> ClientOutput:
+    ...
+
+  def finish_round(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> tuple[ServerState, Metrics]:
+    ...
+
+
+class RoundRunner:
+  """Runs rounds of an algorithm on a client-axis backend.
+
+  Args:
+    algorithm: a `RoundAlgorithm`.
+    backend: one of `backends.BACKENDS`.
+    map_chunk_size: clients vmapped together inside `lax.map` (backend 'map');
+      0 or None maps one client at a time.
+  """
+
+  def __init__(self, algorithm: RoundAlgorithm, backend: str = 'vmap',
+               map_chunk_size: int | None = None):
+    if backend not in backends.BACKENDS:
+      raise ValueError(f'unknown backend {backend!r}; choose one of '
+                       f'{", ".join(backends.BACKENDS)}.')
+    self.algorithm = algorithm
+    self.backend = backend
+    self.map_chunk_size = map_chunk_size or None
+    self._plan = jax.jit(algorithm.plan_round)
+    self._client = jax.jit(algorithm.client_update)
+    self._finish = jax.jit(algorithm.finish_round, donate_argnums=0)
+    self._chunks = {}
+
+  def round(self, state: ServerState, data) -> tuple[ServerState, Metrics]:
+    """One round as a pure traceable function (compiled backends only)."""
+    plans = self.algorithm.plan_round(state, data)
+    update = self.algorithm.client_update
+    if self.backend == 'vmap':
+      outputs = backends.run_vmap(update, state.params, plans, data)
+    else:
+      outputs = backends.run_map(update, state.params, plans, data,
+                                 self.map_chunk_size)
+    return self.algorithm.finish_round(state, plans, outputs)
+
+  def _compiled_chunk(self, num_rounds: int):
+    if num_rounds not in self._chunks:
+
+      def chunk(state, data):
+        return jax.lax.scan(lambda s, _: self.round(s, data), state, None,
+                            length=num_rounds)
+
+      self._chunks[num_rounds] = jax.jit(chunk, donate_argnums=0)
+    return self._chunks[num_rounds]
+
+  def run(self, state: ServerState, data,
+          num_rounds: int) -> tuple[ServerState, Metrics]:
+    """Runs `num_rounds` rounds; metrics get a leading round axis.
+
+    The input state's buffers are donated: use the returned state.
+    """
+    if self.backend in backends.COMPILED_BACKENDS:
+      return self._compiled_chunk(num_rounds)(state, data)
+    history = []
+    for _ in range(num_rounds):
+      plans = self._plan(state, data)
+      outputs = backends.run_sequential(
+          self.algorithm.client_update, state.params, plans, data,
+          round_index=int(state.round), jitted_update=self._client)
+      state, metrics = self._finish(state, plans, outputs)
+      history.append(metrics)
+    return state, jax.tree.map(lambda *xs: jnp.stack(xs), *history)

@@ -1,0 +1,243 @@
+"""The trainer: config → federated data, model, rounds → logs, checkpoints, plots.
+
+Outputs in the workdir:
+  config.json      the resolved config
+  metrics.jsonl    one JSON object per evaluated round
+  summary.json     final metrics
+  curves.png       test accuracy and train loss against rounds
+  checkpoints/     orbax checkpoints every `checkpoint_every` rounds
+
+Re-running on a workdir that holds checkpoints resumes from the latest one and
+ends bit-identical to an uninterrupted run: all randomness is a function of the
+seed and the round index, the host-side counters are checkpointed with the
+state, and rounds are grouped into compiled chunks at the same boundaries.
+Ctrl-C finishes the current chunk, checkpoints it and exits.
+"""
+import json
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import tqdm
+
+from fedjax_het import algorithms, config as config_lib, data as data_lib, \
+    eval as eval_lib, models, plots
+from fedjax_het.checkpoint import RunCheckpoints
+from fedjax_het.core.rounds import RoundRunner
+
+# Keys that may change when a run is resumed (they do not change the math).
+_RESUMABLE_CHANGES = ('rounds', 'progress')
+
+
+class TrainingDiverged(RuntimeError):
+  """The training loss became NaN or infinite."""
+
+
+class RunInterrupted(RuntimeError):
+  """Ctrl-C: the last finished round was checkpointed."""
+
+
+def build_experiment(config: ml_collections.ConfigDict):
+  """Data, model, initial params and algorithm of a validated config."""
+  dataset = data_lib.load_dataset(config.dataset, data_dir=config.data_dir or None,
+                                  seed=config.seed)
+  partition_kwargs = {
+      'dirichlet': {'alpha': config.alpha, 'min_size': config.min_client_size},
+      'balanced_dirichlet': {'alpha': config.alpha},
+      'quantity_skew': {'alpha': config.alpha,
+                        'min_size': config.min_client_size},
+      'shards': {'shards_per_client': config.shards_per_client},
+  }.get(config.partition, {})
+  split = data_lib.build_federated(
+      dataset, num_clients=config.num_clients, partition=config.partition,
+      seed=config.seed, **partition_kwargs)
+  model = models.create_model(config.model, split.num_classes,
+                              **config.model_options.to_dict())
+  init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
+  params = models.init_params(model, init_key, dataset.x_train.shape[1:])
+  algorithm = algorithms.create_algorithm(config.algorithm, config, model,
+                                          split.train)
+  return split, model, params, algorithm
+
+
+def _read_metrics(path: str, up_to_round: int) -> list[dict]:
+  """Logged rows with round ≤ up_to_round (later ones were never checkpointed)."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [r for r in rows if r['round'] <= up_to_round]
+
+
+def _write_metrics(path: str, rows: list[dict]) -> None:
+  with open(path, 'w') as f:
+    for row in rows:
+      f.write(json.dumps(row) + '\n')
+
+
+def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    previous = json.load(f)
+  current = json.loads(config.to_json())
+  changed = sorted(k for k in set(previous) | set(current)
+                   if k not in _RESUMABLE_CHANGES
+                   and previous.get(k) != current.get(k))
+  if changed:
+    raise config_lib.ConfigError(
+        f'workdir {workdir} holds a run with a different config '
+        f'({", ".join(changed)}); use a new --workdir to start a new run.')
+
+
+class _InterruptFlag:
+  """SIGINT sets a flag; the loop checkpoints at the end of the chunk."""
+
+  def __init__(self):
+    self.raised = False
+    self._previous = None
+
+  def __enter__(self):
+    try:
+      self._previous = signal.signal(signal.SIGINT, self._handle)
+    except ValueError:  # not in the main thread: leave Ctrl-C alone.
+      self._previous = None
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    if self.raised:  # second Ctrl-C: stop at once.
+      raise KeyboardInterrupt
+    self.raised = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGINT, self._previous)
+
+
+def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs (or resumes) the experiment of `config` in `workdir`.
+
+  Returns the summary dict also written to `summary.json`. Raises ConfigError
+  for bad configs, TrainingDiverged on a non-finite loss (the last good
+  checkpoint is kept), RunInterrupted after Ctrl-C (the last finished round is
+  checkpointed) and CheckpointError for an unreadable checkpoint.
+  """
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  _check_same_run(workdir, config)
+  try:
+    split, model, params, algorithm = build_experiment(config)
+  except ValueError as e:  # bad dataset/partition/model choices or sizes.
+    raise config_lib.ConfigError(str(e)) from e
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(config.to_json(indent=2))
+
+  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+  runner = RoundRunner(algorithm, config.backend, config.map_chunk_size)
+  evaluate = eval_lib.make_evaluator(
+      lambda p, x: model.apply({'params': p}, x), split.test_x, split.test_y,
+      config.eval_batch_size)
+  train_data = jax.device_put(split.train)
+
+  checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  host = {'bytes_up': 0.0, 'bytes_down': 0.0, 'wall_time': 0.0,
+          'loss_sum': 0.0, 'loss_rounds': 0}
+  start = checkpoints.latest_round()
+  if start is not None:
+    state, host = checkpoints.restore(start, state)
+  start = start or 0
+  rows = _read_metrics(metrics_path, start)
+  _write_metrics(metrics_path, rows)
+
+  num_params = sum(x.size for x in jax.tree.leaves(params))
+  chunk_seconds = []
+  round_index = start
+  bar = tqdm.tqdm(total=config.rounds, initial=start, disable=not config.progress,
+                  desc=f'{config.algorithm} on {config.dataset}', unit='round')
+  try:
+    with _InterruptFlag() as interrupt:
+      while round_index < config.rounds:
+        n = min(config.rounds_per_call, config.rounds - round_index)
+        tic = time.perf_counter()
+        state, metrics = runner.run(state, train_data, n)
+        metrics = jax.device_get(metrics)
+        seconds = time.perf_counter() - tic
+        chunk_seconds.append(seconds / n)
+        losses = np.asarray(metrics['train_loss'])
+        if not np.all(np.isfinite(losses)):
+          bad = round_index + 1 + int(np.argmin(np.isfinite(losses)))
+          last = checkpoints.latest_round()
+          raise TrainingDiverged(
+              f'training diverged: the train loss is not finite in round '
+              f'{bad}; the last good checkpoint is round '
+              f'{last if last is not None else "none (no checkpoint yet)"}.')
+        round_index += n
+        host['bytes_up'] += float(np.sum(metrics['bytes_up']))
+        host['bytes_down'] += float(np.sum(metrics['bytes_down']))
+        host['wall_time'] += seconds
+        host['loss_sum'] += float(np.sum(losses))
+        host['loss_rounds'] += n
+        bar.update(n)
+        if round_index % config.eval_every == 0 or round_index == config.rounds:
+          test = jax.device_get(evaluate(state.params))
+          row = {
+              'round': round_index,
+              'train_loss': host['loss_sum'] / host['loss_rounds'],
+              'test_accuracy': float(test['accuracy']),
+              'test_loss': float(test['loss']),
+              'bytes_up': host['bytes_up'],
+              'bytes_down': host['bytes_down'],
+              'wall_time': host['wall_time'],
+          }
+          host['loss_sum'], host['loss_rounds'] = 0.0, 0
+          rows.append(row)
+          with open(metrics_path, 'a') as f:
+            f.write(json.dumps(row) + '\n')
+          bar.set_postfix(loss=f'{row["train_loss"]:.3f}',
+                          acc=f'{row["test_accuracy"]:.3f}')
+        if (round_index % config.checkpoint_every == 0 or
+            round_index == config.rounds or interrupt.raised):
+          checkpoints.save(round_index, state, host)
+        if interrupt.raised:
+          raise RunInterrupted(
+              f'interrupted: round {round_index} is checkpointed in {workdir}; '
+              'run the same command again to resume.')
+  finally:
+    bar.close()
+    checkpoints.close()
+    if rows:
+      plots.plot_curves(rows, os.path.join(workdir, 'curves.png'),
+                        title=f'{config.algorithm} on {config.dataset}')
+
+  summary = _summary(config, rows, host, num_params, chunk_seconds)
+  with open(os.path.join(workdir, 'summary.json'), 'w') as f:
+    json.dump(summary, f, indent=2)
+  return summary
+
+
+def _summary(config, rows, host, num_params, chunk_seconds) -> dict:
+  final = rows[-1]
+  # The first chunk of this session includes compilation.
+  steady = chunk_seconds[1:] or chunk_seconds
+  return {
+      'algorithm': config.algorithm,
+      'dataset': config.dataset,
+      'model': config.model,
+      'rounds': final['round'],
+      'num_params': int(num_params),
+      'final_test_accuracy': final['test_accuracy'],
+      'best_test_accuracy': max(r['test_accuracy'] for r in rows),
+      'final_test_loss': final['test_loss'],
+      'final_train_loss': final['train_loss'],
+      'bytes_up': host['bytes_up'],
+      'bytes_down': host['bytes_down'],
+      'wall_time_s': host['wall_time'],
+      's_per_round_median': float(np.median(steady)) if steady else None,
+  }

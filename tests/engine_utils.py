@@ -1,0 +1,43 @@
+"""Small federations and models shared by the engine tests."""
+import jax
+import numpy as np
+
+from fedjax_het import models
+from fedjax_het.algorithms import FedAvg
+from fedjax_het.config import base_config
+from fedjax_het.data import FederatedData
+
+
+def tiny_data(num_clients=6, max_examples=9, features=5, classes=3, seed=0):
+  """Random padded federated arrays with unequal client sizes (1..max)."""
+  rng = np.random.default_rng(seed)
+  counts = rng.integers(1, max_examples + 1, num_clients).astype(np.int32)
+  counts[0] = max_examples
+  x = rng.normal(size=(num_clients, max_examples, features)).astype(np.float32)
+  y = rng.integers(0, classes, (num_clients, max_examples)).astype(np.int32)
+  valid = np.arange(max_examples)[None] < counts[:, None]
+  x = np.where(valid[..., None], x, 0).astype(np.float32)
+  y = np.where(valid, y, 0).astype(np.int32)
+  return FederatedData(x=x, y=y, counts=counts).to_device()
+
+
+def tiny_config(**overrides):
+  config = base_config()
+  config.num_clients = 6
+  config.clients_per_round = 4
+  config.local_steps = 3
+  config.batch_size = 4
+  config.client_lr = 0.1
+  config.model_options.hidden = (7,)
+  config.update(overrides)
+  return config
+
+
+def tiny_fedavg(config=None, data=None, seed=0):
+  """(algorithm, initial state, data) of FedAvg on `tiny_data`."""
+  config = config or tiny_config()
+  data = data if data is not None else tiny_data()
+  model = models.create_model('mlp', 3, **config.model_options.to_dict())
+  params = models.init_params(model, jax.random.PRNGKey(seed), data.x.shape[2:])
+  algorithm = FedAvg(config, model, data)
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(seed + 1)), data

@@ -1,0 +1,181 @@
+"""The round engine: batching, sampling, client update, backends, rounds."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fedjax_het.core import backends, batching, sampling
+from fedjax_het.core.rounds import RoundRunner
+from engine_utils import tiny_config, tiny_data, tiny_fedavg
+
+BACKEND_SETUPS = [('vmap', None), ('map', None), ('map', 3), ('sequential', None)]
+
+
+# ---- minibatches -------------------------------------------------------------
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 7), st.integers(0, 30))
+def test_batches_walk_through_shuffled_epochs(count, batch_size, seed):
+  max_examples = 12
+  bound = batching.epochs_per_batch(batch_size, count)
+  key = jax.random.PRNGKey(seed)
+  steps = 2 * (count // batch_size + 2)
+  idx = np.concatenate([np.asarray(batching.batch_indices(
+      key, jnp.int32(s), jnp.int32(count), batch_size=batch_size,
+      max_examples=max_examples, max_epochs_per_batch=bound))
+                        for s in range(steps)])
+  assert idx.min() >= 0 and idx.max() < count  # never a padding row
+  full_epochs = len(idx) // count
+  for e in range(full_epochs):  # every epoch is a permutation of the rows
+    np.testing.assert_array_equal(np.sort(idx[e * count:(e + 1) * count]),
+                                  np.arange(count))
+
+
+def test_batches_are_a_function_of_the_key():
+  kwargs = dict(batch_size=4, max_examples=40, max_epochs_per_batch=2)
+  order = lambda seed: np.concatenate([np.asarray(batching.batch_indices(
+      jax.random.PRNGKey(seed), s, 37, **kwargs)) for s in range(9)])
+  np.testing.assert_array_equal(order(1), order(1))
+  assert not np.array_equal(order(1), order(2))
+
+
+# ---- sampling ----------------------------------------------------------------
+def test_uniform_sampling_is_without_replacement_and_uniform():
+  keys = jax.random.split(jax.random.PRNGKey(0), 4000)
+  ids = jax.vmap(lambda k: sampling.uniform_without_replacement(k, 10, 3))(keys)
+  ids = np.asarray(ids)
+  assert all(len(set(row)) == 3 for row in ids)
+  freq = np.bincount(ids.ravel(), minlength=10) / ids.size
+  np.testing.assert_allclose(freq, 0.1, atol=0.01)
+
+
+def test_sampling_with_replacement_follows_the_probabilities():
+  probs = jnp.array([0.5, 0.3, 0.2, 0.0])
+  ids = np.asarray(sampling.with_replacement(jax.random.PRNGKey(0), probs, 20000))
+  np.testing.assert_allclose(np.bincount(ids, minlength=4) / ids.size, probs,
+                             atol=0.01)
+
+
+def test_too_large_cohort_is_rejected():
+  with pytest.raises(ValueError, match='distinct clients'):
+    sampling.uniform_without_replacement(jax.random.PRNGKey(0), 3, 4)
+
+
+# ---- client update -----------------------------------------------------------
+def _one_plan(algorithm, state, data, **changes):
+  plans = algorithm.plan_round(state, data)
+  plan = jax.tree.map(lambda x: x[0], plans)
+  return plan.replace(**changes)
+
+
+def test_zero_steps_give_a_zero_delta():
+  algorithm, state, data = tiny_fedavg()
+  plan = _one_plan(algorithm, state, data, num_steps=jnp.int32(0))
+  out = algorithm.client_update(state.params, plan, data)
+  jax.tree.map(lambda d: np.testing.assert_array_equal(d, 0), out.delta)
+
+
+def test_frozen_steps_equal_a_shorter_run():
+  """A client asked for 2 of 5 scan steps ends where a 2-step scan ends."""
+  algorithm5, state, data = tiny_fedavg(tiny_config(local_steps=5))
+  algorithm2, _, _ = tiny_fedavg(tiny_config(local_steps=2))
+  plan = _one_plan(algorithm5, state, data, num_steps=jnp.int32(2))
+  short = algorithm2.client_update(state.params, plan, data)
+  frozen = algorithm5.client_update(state.params, plan, data)
+  chex.assert_trees_all_close(frozen.delta, short.delta, atol=1e-7)
+  np.testing.assert_allclose(frozen.loss, short.loss, rtol=1e-6)
+
+
+def test_mask_confines_the_update_to_the_submodel():
+  algorithm, state, data = tiny_fedavg(tiny_config(client_momentum=0.9,
+                                                   client_weight_decay=0.1))
+  mask = jax.tree.map(
+      lambda p: (jax.random.uniform(jax.random.PRNGKey(p.size), p.shape) < 0.5
+                 ).astype(jnp.float32), state.params)
+  plan = _one_plan(algorithm, state, data, mask=mask)
+  out = algorithm.client_update(state.params, plan, data)
+  jax.tree.map(lambda d, m: np.testing.assert_array_equal(
+      np.asarray(d)[np.asarray(m) == 0], 0), out.delta, mask)
+  assert any(np.any(np.asarray(d) != 0) for d in jax.tree.leaves(out.delta))
+
+
+# ---- backends and rounds -----------------------------------------------------
+def _run(backend, chunk, rounds=3, config=None):
+  algorithm, state, data = tiny_fedavg(config)
+  runner = RoundRunner(algorithm, backend, chunk)
+  state, metrics = runner.run(state, data, rounds)
+  return state, metrics
+
+
+@pytest.mark.parametrize('backend,chunk', BACKEND_SETUPS)
+def test_every_backend_gives_the_same_result(backend, chunk):
+  reference_state, reference_metrics = _run('vmap', None)
+  state, metrics = _run(backend, chunk)
+  chex.assert_trees_all_close(state.params, reference_state.params,
+                              rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(metrics, reference_metrics, rtol=1e-5)
+  assert int(state.round) == 3
+
+
+def test_unequal_local_work_agrees_across_backends():
+  """Per-client step counts (unequal work) are data, on every backend."""
+  results = []
+  for backend, chunk in BACKEND_SETUPS:
+    algorithm, state, data = tiny_fedavg(tiny_config(local_steps=4))
+    plan_clients = algorithm.plan_clients
+    algorithm.plan_clients = lambda s, ids, keys, f=plan_clients: f(
+        s, ids, keys).replace(num_steps=(ids % 4 + 1).astype(jnp.int32))
+    state, _ = RoundRunner(algorithm, backend, chunk).run(state, data, 2)
+    results.append(state.params)
+  for params in results[1:]:
+    chex.assert_trees_all_close(params, results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_jitted_round_equals_eager_round():
+  algorithm, state, data = tiny_fedavg()
+  runner = RoundRunner(algorithm, 'vmap')
+  jitted_state, jitted_metrics = jax.jit(runner.round)(state, data)
+  with jax.disable_jit():
+    eager_state, eager_metrics = runner.round(state, data)
+  chex.assert_trees_all_close(jitted_state.params, eager_state.params,
+                              rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(jitted_metrics, eager_metrics, rtol=1e-5)
+
+
+def test_scanned_chunk_equals_single_rounds():
+  chunked, _ = _run('vmap', None, rounds=4)
+  algorithm, state, data = tiny_fedavg()
+  runner = RoundRunner(algorithm, 'vmap')
+  for _ in range(4):
+    state, _ = runner.run(state, data, 1)
+  chex.assert_trees_all_close(state.params, chunked.params, rtol=1e-6,
+                              atol=1e-7)
+
+
+def test_same_seed_same_result_different_seed_different_result():
+  a, _ = _run('vmap', None)
+  b, _ = _run('vmap', None)
+  chex.assert_trees_all_equal(a.params, b.params)
+  algorithm, state, data = tiny_fedavg(seed=5)
+  c, _ = RoundRunner(algorithm, 'vmap').run(state, data, 3)
+  assert not np.allclose(jax.tree.leaves(c.params)[0],
+                         jax.tree.leaves(a.params)[0])
+
+
+def test_sequential_backend_names_the_diverging_client():
+  algorithm, state, data = tiny_fedavg(tiny_config(client_lr=1e30,
+                                                   local_steps=5))
+  runner = RoundRunner(algorithm, 'sequential')
+  with pytest.raises(backends.ClientError, match=r'client \d+ \(cohort slot 0\) in round 0'):
+    runner.run(state, data, 1)
+
+
+def test_bytes_are_counted_per_exchanged_model():
+  config = tiny_config()
+  algorithm, state, data = tiny_fedavg(config)
+  _, metrics = RoundRunner(algorithm, 'vmap').run(state, data, 2)
+  model_bytes = sum(p.size * 4 for p in jax.tree.leaves(state.params))
+  np.testing.assert_allclose(metrics['bytes_down'],
+                             [config.clients_per_round * model_bytes] * 2)
+  np.testing.assert_allclose(metrics['bytes_up'], metrics['bytes_down'])
