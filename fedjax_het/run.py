@@ -30,7 +30,8 @@ from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.rounds import RoundRunner
 
 # Keys that may change when a run is resumed (they do not change the math).
-_RESUMABLE_CHANGES = ('rounds', 'progress')
+_RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
+                      'checkpoint_every', 'checkpoints_to_keep')
 
 
 class TrainingDiverged(RuntimeError):
