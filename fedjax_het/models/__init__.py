@@ -1,0 +1,29 @@
+"""Flax linen models with PyTorch-default init, static BN / GroupNorm, and the maskability rule.
+
+All models map NHWC float images (the MLP flattens any input) to logits [batch, num_classes] with
+`model.apply({'params': params}, x, train=...)`; `apply` is pure (no mutable collections, no rng).
+"""
+
+from fedjax_het.models.cnn import LeNet5, SimpleCNN
+from fedjax_het.models.initializers import torch_bias_init, torch_kernel_init, uniform_bound
+from fedjax_het.models.layers import NORMS, StaticBatchNorm
+from fedjax_het.models.mlp import MLP
+from fedjax_het.models.registry import MODELS, create_model, init_params, maskable_leaves
+from fedjax_het.models.resnet import BasicBlock, ResNet18
+
+__all__ = [
+    'BasicBlock',
+    'LeNet5',
+    'MLP',
+    'MODELS',
+    'NORMS',
+    'ResNet18',
+    'SimpleCNN',
+    'StaticBatchNorm',
+    'create_model',
+    'init_params',
+    'maskable_leaves',
+    'torch_bias_init',
+    'torch_kernel_init',
+    'uniform_bound',
+]

@@ -1,0 +1,82 @@
+"""Small convolutional networks: LeNet-5 and pfl-research's "simple_cnn"."""
+
+import jax
+from flax import linen as nn
+
+from fedjax_het.models.layers import conv, dense, flatten, max_pool2, normalize
+
+# LeNet-5 conv paddings (conv1, conv2) by name.
+LENET_PADDINGS = {
+    'classic': ('SAME', 'VALID'),
+    'valid': ('VALID', 'VALID'),
+    'same': ('SAME', 'SAME'),
+}
+
+
+class LeNet5(nn.Module):
+  """LeNet-5: NHWC images -> logits [N, num_classes].
+
+  conv5x5(6) - [norm] - relu - maxpool2 - conv5x5(16) - [norm] - relu - maxpool2 - flatten -
+  fc1(120) - relu - fc2(84) - relu - head(num_classes).
+
+  `padding` picks the conv paddings:
+  * 'classic' (default): SAME then VALID, the classic MNIST LeNet. On 28x28x1: 28-28-14-10-5,
+    flatten 400, 61,706 params = conv 2,572 + FC 59,134, the counts in the HIST paper [L474].
+  * 'valid': VALID twice, HIST's code. On 28x28x1: 28-24-12-8-4, flatten 256, 44,426 params
+    = 0.169 MiB, the size HIST reports (specs/hist.md §5). HIST partitions fc1's outputs.
+  * 'same': SAME twice.
+  A VALID conv on a map smaller than 5x5 runs with SAME padding and pooling keeps size-1 axes,
+  so every padding works on 8x8 digits (classic: 8-8-4-4-2, flatten 64).
+  `norm` ('none', 'static_bn' or 'group') is applied after each conv.
+  """
+
+  num_classes: int
+  padding: str = 'classic'
+  norm: str = 'none'
+  num_groups: int = 2
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    del train  # Norms use batch statistics in both modes; there is no dropout.
+    if self.padding not in LENET_PADDINGS:
+      raise ValueError(
+          f'Unknown LeNet5 padding {self.padding!r}; valid choices are '
+          f'{", ".join(LENET_PADDINGS)}.')
+    pad1, pad2 = LENET_PADDINGS[self.padding]
+    x = conv(x, 6, 5, name='conv1', padding=pad1)
+    x = max_pool2(nn.relu(normalize(x, self.norm, 'norm1', self.num_groups)))
+    x = conv(x, 16, 5, name='conv2', padding=pad2)
+    x = max_pool2(nn.relu(normalize(x, self.norm, 'norm2', self.num_groups)))
+    x = flatten(x)
+    x = nn.relu(dense(x, 120, name='fc1'))
+    x = nn.relu(dense(x, 84, name='fc2'))
+    return dense(x, self.num_classes, name='head')
+
+
+class SimpleCNN(nn.Module):
+  """pfl-research's "simple_cnn": NHWC images -> logits [N, num_classes].
+
+  conv3x3(32) - [norm] - relu - conv3x3(64) - [norm] - relu - maxpool2 - flatten - fc1(128) - relu -
+  head(num_classes), VALID convs. pfl-research's dropout layers are omitted so `apply` needs no rng.
+  * 32x32x3, 10 classes: 32-30-28-14, flatten 12,544, 1,626,442 params (fc1 has 1,605,760).
+  * 28x28x1, 62 classes: the EMNIST CNN of Reddi et al. used by CSE-FSL on F-EMNIST
+    (specs/csefsl.md §4.2): convs 18,816 (client part x_c) + FC 1,187,774 (server part x_s)
+    = 1,206,590 params.
+  * 8x8x1: 8-6-4-2, flatten 256.
+  `norm` ('none', 'static_bn' or 'group') is applied after each conv.
+  """
+
+  num_classes: int
+  norm: str = 'none'
+  num_groups: int = 2
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    del train  # Norms use batch statistics in both modes; there is no dropout.
+    x = conv(x, 32, 3, name='conv1', padding='VALID')
+    x = nn.relu(normalize(x, self.norm, 'norm1', self.num_groups))
+    x = conv(x, 64, 3, name='conv2', padding='VALID')
+    x = nn.relu(normalize(x, self.norm, 'norm2', self.num_groups))
+    x = flatten(max_pool2(x))
+    x = nn.relu(dense(x, 128, name='fc1'))
+    return dense(x, self.num_classes, name='head')

@@ -1,0 +1,79 @@
+"""Model registry, parameter initialisation and the maskability rule."""
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from fedjax_het.models.cnn import LeNet5, SimpleCNN
+from fedjax_het.models.mlp import MLP
+from fedjax_het.models.resnet import ResNet18
+
+_CLASSES = {
+    'mlp': MLP,
+    'lenet5': LeNet5,
+    'simple_cnn': SimpleCNN,
+    'resnet18': ResNet18,
+}
+MODELS = tuple(_CLASSES)
+
+# Leaf names that Dense and Conv layers create.
+_LAYER_LEAVES = ('kernel', 'bias')
+
+
+def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
+  """Build model `name` (one of MODELS) with `num_classes` outputs and its own options.
+
+  Options: mlp(hidden), lenet5(padding, norm, num_groups), simple_cnn(norm, num_groups),
+  resnet18(width, norm, num_groups). Lists are stored as tuples so modules stay hashable.
+  """
+  if name not in _CLASSES:
+    raise ValueError(f'Unknown model {name!r}; valid choices are {", ".join(MODELS)}.')
+  cls = _CLASSES[name]
+  options = [f.name for f in dataclasses.fields(cls)
+             if f.init and f.name not in ('num_classes', 'parent', 'name')]
+  unknown = sorted(set(kwargs) - set(options))
+  if unknown:
+    raise ValueError(
+        f'Unknown option(s) {", ".join(unknown)} for model {name!r}; valid options are '
+        f'{", ".join(options) or "none"}.')
+  required = [f.name for f in dataclasses.fields(cls)
+              if f.name in options and f.default is dataclasses.MISSING]
+  missing = [o for o in required if o not in kwargs]
+  if missing:
+    raise ValueError(f'Model {name!r} requires option(s) {", ".join(missing)}.')
+  kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+  return cls(num_classes=num_classes, **kwargs)
+
+
+def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) -> dict:
+  """The `params` collection of `model` for inputs of shape `input_shape` (no batch axis).
+
+  Apply with `model.apply({'params': params}, x, train=...)`; no model has other collections.
+  """
+  variables = model.init(key, jnp.zeros((1, *input_shape), jnp.float32))
+  return variables['params']
+
+
+def _key_name(entry) -> str:
+  return str(getattr(entry, 'key', getattr(entry, 'name', entry)))
+
+
+def maskable_leaves(params) -> Any:
+  """Pytree of bools, shaped like `params`: may a submodel method mask this leaf?
+
+  Rule (specs/fiarse.md §7.6, following FIARSE's code): every Dense/Conv `kernel` and `bias` is
+  maskable; normalisation parameters (StaticBatchNorm/GroupNorm `scale` and `bias`) never are, nor
+  is any other leaf. A leaf belongs to a norm when a module on its path has 'norm' in its name
+  (case-insensitive), which holds for every norm in this package (stem_norm, norm1,
+  shortcut_norm, ...) and for Flax's automatic names (GroupNorm_0, BatchNorm_0, LayerNorm_0).
+  """
+
+  def is_maskable(path, _):
+    names = [_key_name(entry) for entry in path]
+    in_norm = any('norm' in n.lower() for n in names[:-1])
+    return names[-1] in _LAYER_LEAVES and not in_norm
+
+  return jax.tree_util.tree_map_with_path(is_maskable, params)
