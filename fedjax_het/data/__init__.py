@@ -1,0 +1,31 @@
+"""Federated data: dataset sources, label partitioners and the padded per-client layout.
+
+Note: `fedjax_het.data.partition` is the partition dispatcher function; import partitioner
+helpers from the module with `from fedjax_het.data.partition import dirichlet`.
+"""
+
+from fedjax_het.data.federated import FederatedData
+from fedjax_het.data.federated import FederatedSplit
+from fedjax_het.data.federated import build_federated
+from fedjax_het.data.federated import client_label_histogram
+from fedjax_het.data.federated import pack_clients
+from fedjax_het.data.partition import PARTITIONS
+from fedjax_het.data.partition import balanced_dirichlet
+from fedjax_het.data.partition import dirichlet
+from fedjax_het.data.partition import iid
+from fedjax_het.data.partition import one_class_per_client
+from fedjax_het.data.partition import partition
+from fedjax_het.data.partition import quantity_skew
+from fedjax_het.data.partition import sample_by_priors
+from fedjax_het.data.partition import shards
+from fedjax_het.data.partition import split_by_class_shares
+from fedjax_het.data.sources import DATASETS
+from fedjax_het.data.sources import ArrayDataset
+from fedjax_het.data.sources import load_dataset
+
+__all__ = [
+    'ArrayDataset', 'DATASETS', 'FederatedData', 'FederatedSplit', 'PARTITIONS',
+    'balanced_dirichlet', 'build_federated', 'client_label_histogram', 'dirichlet', 'iid',
+    'load_dataset', 'one_class_per_client', 'pack_clients', 'partition', 'quantity_skew',
+    'sample_by_priors', 'shards', 'split_by_class_shares',
+]

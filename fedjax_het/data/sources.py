@@ -1,0 +1,189 @@
+"""Centralised datasets as host numpy arrays: offline sets (digits, synthetic) and TFDS sets.
+
+`load_dataset(name, ...)` returns an `ArrayDataset` with images as float32 NHWC in [0, 1]
+(or standardised per channel with `normalize=True`) and int32 labels. TFDS sets are read from an
+existing `data_dir` only; nothing is ever downloaded here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import os
+
+import numpy as np
+
+_EMNIST_SPLITS = ('byclass', 'bymerge', 'balanced', 'letters', 'digits', 'mnist')
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayDataset:
+  """A centralised dataset with a fixed train/test split.
+
+  Attributes:
+    name: dataset name as passed to `load_dataset`.
+    x_train: [n_train, *feature_shape] float32, e.g. [n, H, W, C] images or [n, d] features.
+    y_train: [n_train] int32 labels in [0, num_classes).
+    x_test: [n_test, *feature_shape] float32.
+    y_test: [n_test] int32.
+    num_classes: number of label classes.
+  """
+  name: str
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+  def __post_init__(self):
+    for split, x, y in (('train', self.x_train, self.y_train), ('test', self.x_test, self.y_test)):
+      if y.ndim != 1 or x.shape[:1] != y.shape:
+        raise ValueError(f'{self.name} {split}: x {x.shape} and y {y.shape} must share the '
+                         'leading axis.')
+    if self.x_train.shape[1:] != self.x_test.shape[1:]:
+      raise ValueError(f'{self.name}: train features {self.x_train.shape[1:]} differ from test '
+                       f'features {self.x_test.shape[1:]}.')
+
+
+def _load_digits(*, data_dir, seed, test_fraction=0.2):
+  """scikit-learn's bundled 8x8 digits (1797 images), stratified seeded split, x = pixel / 16."""
+  del data_dir
+  from sklearn import datasets, model_selection
+  if not 0 < test_fraction < 1:
+    raise ValueError(f'test_fraction must lie in (0, 1), got {test_fraction}.')
+  digits = datasets.load_digits()
+  x = (digits.images / 16.0).astype(np.float32)[..., None]
+  y = digits.target.astype(np.int32)
+  x_train, x_test, y_train, y_test = model_selection.train_test_split(
+      x, y, test_size=test_fraction, random_state=seed, stratify=y)
+  return ArrayDataset('digits', x_train, y_train, x_test, y_test, num_classes=10)
+
+
+def _load_synthetic(*, data_dir, seed, num_train=2000, num_test=500, shape=(8, 8, 1),
+                    num_classes=10, noise=1.0):
+  """Gaussian class clusters: x = prototype[y] + noise * N(0, I), prototypes ~ N(0, I).
+
+  Prototypes live in the flattened feature space of size prod(shape); larger `noise` makes the
+  task harder. Labels are balanced (counts differ by at most 1) and shuffled.
+  """
+  del data_dir
+  shape = tuple(int(s) for s in np.atleast_1d(shape))
+  if num_train < 1 or num_test < 1 or num_classes < 2 or not shape or min(shape) < 1 or noise < 0:
+    raise ValueError('synthetic needs num_train >= 1, num_test >= 1, num_classes >= 2, '
+                     f'a non-empty positive shape and noise >= 0, got {num_train}, {num_test}, '
+                     f'{num_classes}, {shape}, {noise}.')
+  rng = np.random.default_rng(seed)
+  prototypes = rng.normal(size=(num_classes, int(np.prod(shape))))
+
+  def sample(n):
+    y = rng.permutation(np.arange(n) % num_classes).astype(np.int32)
+    x = prototypes[y] + noise * rng.normal(size=(n, prototypes.shape[1]))
+    return x.astype(np.float32).reshape((n, *shape)), y
+
+  x_train, y_train = sample(num_train)
+  x_test, y_test = sample(num_test)
+  return ArrayDataset('synthetic', x_train, y_train, x_test, y_test, num_classes=num_classes)
+
+
+def _read_tfds(name: str, tfds_name: str, data_dir: str | None) -> ArrayDataset:
+  """Reads a prepared TFDS image-classification set into memory; never downloads."""
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  try:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+  except ImportError as e:
+    raise ValueError(f'Dataset {name!r} needs TensorFlow: pip install "fedjax_het[tfds]" '
+                     f'({e}).') from e
+  try:  # Keep TensorFlow off accelerators so JAX keeps their memory.
+    tf.config.set_visible_devices([], 'GPU')
+  except RuntimeError:
+    pass  # TF was already initialised by the caller; its device choice stands.
+  where = data_dir or tfds.core.constants.DATA_DIR
+  try:
+    builder = tfds.builder(tfds_name, data_dir=data_dir)
+    splits = tfds.load(tfds_name, split=['train', 'test'], data_dir=data_dir,
+                       as_supervised=True, download=False)
+  except (AssertionError, FileNotFoundError, tfds.core.DatasetNotFoundError,
+          tf.errors.NotFoundError) as e:
+    raise ValueError(
+        f'Dataset {tfds_name!r} is not prepared under data_dir={where}: download it on a networked '
+        f'machine with `python -c "import tensorflow_datasets as tfds; '
+        f"tfds.builder('{tfds_name}', data_dir='{where}').download_and_prepare()\"` "
+        f'and pass --config.data_dir={where}.') from e
+  arrays = []
+  for ds in splits:
+    # One batch of the whole split. Not `batch_size=-1`: that sizes the batch from the stored
+    # split metadata, which TFDS mock data lacks; the dataset cardinality is always known here.
+    x, y = tfds.as_numpy(ds.batch(int(ds.cardinality())).get_single_element())
+    x = x.astype(np.float32)
+    x *= np.float32(1 / 255)
+    arrays += [x, y.astype(np.int32)]
+  num_classes = builder.info.features['label'].num_classes
+  return ArrayDataset(name, *arrays, num_classes=num_classes)
+
+
+def _load_tfds(tfds_name, *, data_dir, seed):
+  """A TFDS set with fixed train/test splits (`seed` is unused)."""
+  del seed
+  return _read_tfds(tfds_name, tfds_name, data_dir)
+
+
+def _load_emnist(*, data_dir, seed, emnist_split='balanced'):
+  """TFDS EMNIST (`emnist/<emnist_split>`), images as stored by TFDS (transposed vs. MNIST)."""
+  del seed
+  if emnist_split not in _EMNIST_SPLITS:
+    raise ValueError(f'Unknown emnist_split {emnist_split!r}; choose one of '
+                     f'{", ".join(_EMNIST_SPLITS)}.')
+  return _read_tfds('emnist', f'emnist/{emnist_split}', data_dir)
+
+
+_LOADERS = {
+    'digits': _load_digits,
+    'synthetic': _load_synthetic,
+    'mnist': functools.partial(_load_tfds, 'mnist'),
+    'fashion_mnist': functools.partial(_load_tfds, 'fashion_mnist'),
+    'emnist': _load_emnist,
+    'cifar10': functools.partial(_load_tfds, 'cifar10'),
+    'cifar100': functools.partial(_load_tfds, 'cifar100'),
+}
+DATASETS = tuple(_LOADERS)
+
+
+def _standardize(ds: ArrayDataset) -> ArrayDataset:
+  """Per-channel (last axis) standardisation with train mean/std, applied to train and test."""
+  axes = tuple(range(ds.x_train.ndim - 1))
+  mean = ds.x_train.mean(axis=axes, dtype=np.float64)
+  std = np.maximum(ds.x_train.std(axis=axes, dtype=np.float64), 1e-8)
+  scale = lambda x: ((x - mean) / std).astype(np.float32)
+  return dataclasses.replace(ds, x_train=scale(ds.x_train), x_test=scale(ds.x_test))
+
+
+def load_dataset(name: str, *, data_dir: str | None = None, seed: int = 0,
+                 normalize: bool = False, **options) -> ArrayDataset:
+  """Loads dataset `name` (one of `DATASETS`) into host memory.
+
+  Args:
+    name: 'digits', 'synthetic', 'mnist', 'fashion_mnist', 'emnist', 'cifar10' or 'cifar100'.
+    data_dir: TFDS directory holding the prepared dataset (TFDS sets only; None = TFDS default).
+    seed: seed of the digits train/test split and of the synthetic generator.
+    normalize: standardise each channel with the train mean/std instead of keeping [0, 1].
+    **options: per-dataset options: digits `test_fraction`; synthetic `num_train`, `num_test`,
+      `shape`, `num_classes`, `noise`; emnist `emnist_split`.
+
+  Returns:
+    An `ArrayDataset` with float32 features [n, *feature_shape] and int32 labels [n].
+
+  Raises:
+    ValueError: unknown name or option, bad option value, or a TFDS set that is not prepared.
+  """
+  if name not in _LOADERS:
+    raise ValueError(f'Unknown dataset {name!r}; known datasets: {", ".join(DATASETS)}.')
+  loader = _LOADERS[name]
+  valid = [p for p in inspect.signature(loader).parameters if p not in ('data_dir', 'seed')]
+  unknown = sorted(set(options) - set(valid))
+  if unknown:
+    raise ValueError(f'Unknown option(s) {unknown} for dataset {name!r}; valid options: '
+                     f'{sorted(valid + ["normalize"])}.')
+  ds = loader(data_dir=data_dir, seed=seed, **options)
+  return _standardize(ds) if normalize else ds
