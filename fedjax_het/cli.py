@@ -12,7 +12,7 @@ import sys
 
 import ml_collections
 
-from fedjax_het.config import ConfigError
+from fedjax_het.config import OPEN_DICTS, ConfigError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'quickstart.py')
@@ -58,7 +58,7 @@ def apply_override(config: ml_collections.ConfigDict, dotted_key: str,
           f'unknown config key {".".join(parents[:i + 1])!r}.')
     node = node[part]
   if leaf not in node:
-    if node is config or parents[-1:] != ['model_options']:
+    if node is config or parents[-1] not in OPEN_DICTS:
       raise ConfigError(f'unknown config key {dotted_key!r}.')
   elif isinstance(node[leaf], tuple) and isinstance(value, list):
     value = tuple(value)

@@ -23,6 +23,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Data.
   c.dataset = 'digits'
   c.data_dir = ''              # TFDS data_dir ('' = TFDS's default location)
+  # Options of the dataset source, e.g. {'noise': 3.0, 'shape': (28, 28, 1)} for
+  # synthetic, {'emnist_split': 'byclass'}, {'normalize': True}.
+  c.dataset_options = ml_collections.ConfigDict()
   c.num_clients = 100
   c.partition = 'dirichlet'    # iid | dirichlet | balanced_dirichlet | shards | one_class | quantity_skew
   c.alpha = 0.5                # Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew)
@@ -42,6 +45,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.server_lr = 1.0
   c.server_momentum = 0.0
   c.aggregation_weights = 'examples'   # examples | uniform
+  # uniform: K distinct clients uniformly; proportional: K draws with
+  # replacement, P(client m) ∝ its examples (Li et al. 2020, scheme I, which
+  # pairs it with aggregation_weights='uniform').
+  c.client_sampling = 'uniform'
   # Capacity levels γ in (0, 1], assigned to clients in equal groups (submodel
   # methods train a γ-fraction of the model; (1.0,) = everyone trains it all).
   c.capacities = (1.0,)
@@ -59,6 +66,9 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+# Nested dicts whose keys belong to a component (the model or dataset source).
+OPEN_DICTS = ('model_options', 'dataset_options')
+
 _POSITIVE_INTS = ('num_clients', 'clients_per_round', 'rounds', 'local_steps',
                   'batch_size', 'eval_every', 'eval_batch_size',
                   'checkpoint_every', 'checkpoints_to_keep', 'rounds_per_call',
@@ -66,18 +76,23 @@ _POSITIVE_INTS = ('num_clients', 'clients_per_round', 'rounds', 'local_steps',
 _CHOICES = {
     'backend': BACKENDS,
     'aggregation_weights': ('examples', 'uniform'),
+    'client_sampling': ('uniform', 'proportional'),
 }
 
 
 def check_known_keys(config: ml_collections.ConfigDict,
                      reference: ml_collections.ConfigDict,
                      prefix: str = '') -> None:
-  """Raises ConfigError for a key of `config` that `reference` lacks."""
+  """Raises ConfigError for a key of `config` that `reference` lacks.
+
+  The entries of `OPEN_DICTS` are passed through to their component, which
+  checks them itself.
+  """
   for key, value in config.items():
     if key not in reference:
       raise ConfigError(f'unknown config key {prefix + key!r}.')
     if isinstance(value, ml_collections.ConfigDict) and isinstance(
-        reference[key], ml_collections.ConfigDict) and key != 'model_options':
+        reference[key], ml_collections.ConfigDict) and key not in OPEN_DICTS:
       check_known_keys(value, reference[key], prefix + key + '.')
 
 

@@ -44,8 +44,10 @@ class RunInterrupted(RuntimeError):
 
 def build_experiment(config: ml_collections.ConfigDict):
   """Data, model, initial params and algorithm of a validated config."""
-  dataset = data_lib.load_dataset(config.dataset, data_dir=config.data_dir or None,
-                                  seed=config.seed)
+  dataset = data_lib.load_dataset(config.dataset,
+                                  data_dir=config.data_dir or None,
+                                  seed=config.seed,
+                                  **config.dataset_options.to_dict())
   partition_kwargs = {
       'dirichlet': {'alpha': config.alpha, 'min_size': config.min_client_size},
       'balanced_dirichlet': {'alpha': config.alpha},

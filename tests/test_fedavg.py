@@ -63,3 +63,23 @@ def test_fedavg_equals_the_sequential_reference(backend, server_lr):
   state, _ = RoundRunner(algorithm, backend).run(state, data, 3)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                state.params, expected)
+
+
+def test_proportional_sampling_draws_by_data_size_and_repeats_clients():
+  config = tiny_config(client_sampling='proportional',
+                       aggregation_weights='uniform', clients_per_round=6)
+  algorithm, state, data = tiny_fedavg(config)
+  counts = np.asarray(data.counts)
+  draws = []
+  for r in range(300):
+    plans = algorithm.plan_round(state.replace(round=jnp.int32(r)), data)
+    draws.append(np.asarray(plans.client_id))
+    np.testing.assert_array_equal(plans.weight, 1.0)
+  draws = np.concatenate(draws)
+  np.testing.assert_allclose(np.bincount(draws, minlength=6) / draws.size,
+                             counts / counts.sum(), atol=0.03)
+  # A client drawn twice in one round trains twice, with different batches.
+  plans = algorithm.plan_round(state, data)
+  ids = np.asarray(plans.client_id)
+  assert len(set(ids)) < len(ids)  # this seed draws a repeat in round 0
+  assert len({tuple(k) for k in np.asarray(plans.key)}) == len(ids)

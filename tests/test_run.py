@@ -94,6 +94,7 @@ def test_a_nan_loss_stops_the_run_naming_the_round(tmp_path, capsys):
     ('--config.client_lr=-1.0', 'client_lr must be positive'),
     ('--config.backend=gpu_magic', 'backend must be one of'),
     ('--config.eval_every=3', 'multiple of rounds_per_call'),
+    ('--config.dataset_options.bogus=1', "Unknown option(s) ['bogus']"),
     ('--config=does/not/exist.py', 'does not exist'),
     ('--frobnicate=1', 'unknown option --frobnicate'),
 ])
@@ -127,6 +128,17 @@ def test_overrides_are_python_literals():
   assert config.client_lr == 1.0 and isinstance(config.client_lr, float)
   assert workdir == os.path.join('runs', 'quickstart')
   assert set(config.keys()) == set(base_config().keys())
+
+
+def test_dataset_and_model_options_reach_their_components(tmp_path):
+  config, _ = cli.resolve(QUICK + [
+      '--config.dataset=synthetic', '--config.dataset_options.noise=3.0',
+      '--config.dataset_options.shape=(4, 4, 2)',
+      '--config.model_options.hidden=(5, 6)'])
+  split, model, params, _ = run.build_experiment(config)
+  assert split.test_x.shape[1:] == (4, 4, 2)
+  assert params['fc1']['kernel'].shape == (32, 5)
+  assert params['fc2']['kernel'].shape == (5, 6)
 
 
 def test_ctrl_c_checkpoints_the_last_finished_round_then_resumes(tmp_path):

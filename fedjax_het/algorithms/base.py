@@ -3,7 +3,7 @@
 A method subclasses `FederatedAlgorithm` and overrides only what it changes:
 
 - `sample_clients(state, key)`: who takes part (default: K clients uniformly
-  without replacement).
+  without replacement, or K draws with replacement ∝ examples held).
 - `plan_clients(state, client_ids, keys)`: per-client arrays — steps, lr,
   weight, segment, mask (default: full model, config's steps and lr, weights by
   `aggregation_weights`).
@@ -100,6 +100,9 @@ class FederatedAlgorithm:
   # ---- round phase 1: plans ------------------------------------------------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
     del state
+    if self.config.client_sampling == 'proportional':
+      probs = self.client_counts / jnp.sum(self.client_counts)
+      return sampling.with_replacement(key, probs, self.cohort_size)
     return sampling.uniform_without_replacement(key, self.num_clients,
                                                 self.cohort_size)
 

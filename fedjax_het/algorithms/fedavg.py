@@ -8,6 +8,9 @@ server moves along the weighted mean of the deltas:
 
 with w_c = n_c (examples held; `aggregation_weights='examples'`) or 1, and η_s
 = `server_lr` (1 recovers the plain weighted average of the client models).
+With `client_sampling='proportional'` and uniform weights the cohort is K draws
+with replacement ∝ n_c and the server takes their plain mean, the unbiased
+scheme I of Li et al. (2020, "On the convergence of FedAvg on non-IID data").
 Every piece is the base class's shared mechanism: FedAvg is the method that
 changes nothing.
 """
