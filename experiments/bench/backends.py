@@ -5,8 +5,9 @@ Command:  python experiments/bench/backends.py [--rounds 10] [--workload mlp|cnn
 Workload 'mlp' is PERF_NOTES.md's W-MLP: 1000 synthetic clients × 50 examples
 of 28×28×1, MLP 784-200-200-10, cohort 50, 5 SGD steps of batch 10. 'cnn' is
 the same federation on 32×32×3 with pfl's simple_cnn (W-PFL). Prints one line
-per backend (median/min/max of `rounds` timed rounds after a warm-up round)
-and a last line of JSON with all numbers.
+per backend (median/min/max of `rounds` timed rounds after a warm-up round),
+the centralised limit (one model taking the round's 50 × 5 SGD steps of
+batch 10 in one jitted `lax.scan`) and a last line of JSON with all numbers.
 """
 import argparse
 import json
@@ -14,6 +15,7 @@ import time
 
 import jax
 import numpy as np
+import optax
 
 from fedjax_het import algorithms, models
 from fedjax_het.config import base_config
@@ -26,11 +28,59 @@ WORKLOADS = {
 }
 
 
+COHORT, LOCAL_STEPS, BATCH = 50, 5, 10
+
+
+def _median_seconds(step, state, rounds):
+  state = step(state)  # compile
+  jax.block_until_ready(state)
+  seconds = []
+  for _ in range(rounds):
+    tic = time.perf_counter()
+    state = step(state)
+    jax.block_until_ready(state)
+    seconds.append(time.perf_counter() - tic)
+  return seconds
+
+
+def _summarise(name, workload, seconds):
+  median = float(np.median(seconds))
+  return {'workload': workload, 'backend': name,
+          's_per_round_median': median,
+          's_per_round_min': float(np.min(seconds)),
+          's_per_round_max': float(np.max(seconds)),
+          'examples_per_s': COHORT * LOCAL_STEPS * BATCH / median}
+
+
+def time_centralized(workload: str, rounds: int) -> dict:
+  """One model, the round's examples as COHORT × LOCAL_STEPS jitted SGD steps."""
+  spec = WORKLOADS[workload]
+  model = models.create_model(spec['model'], 10, **spec['model_options'])
+  params = models.init_params(model, jax.random.PRNGKey(0), spec['shape'])
+  steps = COHORT * LOCAL_STEPS
+  x = jax.random.normal(jax.random.PRNGKey(1), (steps, BATCH) + spec['shape'])
+  y = jax.random.randint(jax.random.PRNGKey(2), (steps, BATCH), 0, 10)
+
+  def loss(p, xb, yb):
+    logits = model.apply({'params': p}, xb)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+  @jax.jit
+  def epoch(p):
+    def sgd(p, batch):
+      g = jax.grad(loss)(p, *batch)
+      return jax.tree.map(lambda w, gw: w - 0.05 * gw, p, g), None
+    return jax.lax.scan(sgd, p, (x, y))[0]
+
+  return _summarise('centralized', workload, _median_seconds(epoch, params, rounds))
+
+
 def time_backend(workload: str, backend: str, rounds: int) -> dict:
   spec = WORKLOADS[workload]
   config = base_config()
-  config.update(dict(num_clients=1000, clients_per_round=50, local_steps=5,
-                     batch_size=10, client_lr=0.05, backend=backend,
+  config.update(dict(num_clients=1000, clients_per_round=COHORT,
+                     local_steps=LOCAL_STEPS, batch_size=BATCH, client_lr=0.05,
+                     backend=backend,
                      model=spec['model'], partition='iid'))
   config.model_options = spec['model_options']
   dataset = load_dataset('synthetic', seed=0, num_train=50_000, num_test=100,
@@ -42,19 +92,8 @@ def time_backend(workload: str, backend: str, rounds: int) -> dict:
   runner = RoundRunner(algorithm, backend)
   data = split.train.to_device()
   state = algorithm.init(params, jax.random.PRNGKey(1))
-  state, _ = runner.run(state, data, 1)  # compile
-  jax.block_until_ready(state)
-  seconds = []
-  for _ in range(rounds):
-    tic = time.perf_counter()
-    state, _ = runner.run(state, data, 1)
-    jax.block_until_ready(state)
-    seconds.append(time.perf_counter() - tic)
-  return {'workload': workload, 'backend': backend,
-          's_per_round_median': float(np.median(seconds)),
-          's_per_round_min': float(np.min(seconds)),
-          's_per_round_max': float(np.max(seconds)),
-          'examples_per_s': 50 * 5 * 10 / float(np.median(seconds))}
+  seconds = _median_seconds(lambda s: runner.run(s, data, 1)[0], state, rounds)
+  return _summarise(backend, workload, seconds)
 
 
 def main():
@@ -64,13 +103,21 @@ def main():
   parser.add_argument('--backends', default='vmap,map,sequential')
   args = parser.parse_args()
   results = []
-  for backend in args.backends.split(','):
-    result = time_backend(args.workload, backend, args.rounds)
+  for backend in args.backends.split(',') + ['centralized']:
+    if backend == 'centralized':
+      result = time_centralized(args.workload, args.rounds)
+    else:
+      result = time_backend(args.workload, backend, args.rounds)
     results.append(result)
     print(f'{backend:>10}: {result["s_per_round_median"]:.4f} s/round '
           f'(min {result["s_per_round_min"]:.4f}, max '
           f'{result["s_per_round_max"]:.4f}), '
           f'{result["examples_per_s"]:.0f} examples/s', flush=True)
+  limit = results[-1]['s_per_round_median']
+  for result in results[:-1]:
+    result['centralized_ratio'] = result['s_per_round_median'] / limit
+  print('ratio to centralised: ' + ', '.join(
+      f'{r["backend"]} {r["centralized_ratio"]:.2f}×' for r in results[:-1]))
   print(json.dumps(results))
 
 

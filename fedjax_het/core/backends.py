@@ -56,21 +56,22 @@ def run_sequential(client_update: ClientUpdate, params: PyTree,
     jitted_update: a cached `jax.jit(client_update)`, to avoid re-tracing.
   """
   update = jitted_update or jax.jit(client_update)
-  cohort = int(plans.client_id.shape[0])
+  host_plans = jax.device_get(plans)  # slice on the host, not per-op on device
+  client_ids = host_plans.client_id.tolist()
   where = '' if round_index is None else f' in round {round_index}'
   outputs = []
-  for slot in range(cohort):
-    plan = jax.tree.map(lambda x, i=slot: x[i], plans)
-    client_id = int(plan.client_id)
+  for slot, client_id in enumerate(client_ids):
+    plan = jax.tree.map(lambda x, i=slot: x[i], host_plans)
     try:
-      out = update(params, plan, data)
-      loss = float(out.loss)
+      outputs.append(update(params, plan, data))
     except Exception as e:  # re-raised with the client named, cause kept.
       raise ClientError(
           f'client {client_id} (cohort slot {slot}){where} failed: {e}') from e
-    if not np.isfinite(loss):
-      raise ClientError(
-          f'client {client_id} (cohort slot {slot}){where} produced a '
-          f'non-finite training loss ({loss}).')
-    outputs.append(out)
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
+  losses = np.asarray(stacked.loss)  # one host sync per round, not per client
+  if not np.all(np.isfinite(losses)):
+    slot = int(np.argmin(np.isfinite(losses)))
+    raise ClientError(
+        f'client {client_ids[slot]} (cohort slot {slot}){where} produced a '
+        f'non-finite training loss ({losses[slot]}).')
+  return stacked
