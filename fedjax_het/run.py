@@ -67,19 +67,58 @@ def build_experiment(config: ml_collections.ConfigDict):
   return split, model, params, algorithm
 
 
-def _read_metrics(path: str, up_to_round: int) -> list[dict]:
-  """Logged rows with round ≤ up_to_round (later ones were never checkpointed)."""
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
-  return [r for r in rows if r['round'] <= up_to_round]
+class MetricsLog:
+  """`metrics.jsonl`: one JSON object per evaluated round, kept in `rows`.
 
+  On resume, rows logged after the restored round (never checkpointed, e.g.
+  before a crash) are dropped, so the file continues exactly as an
+  uninterrupted run's.
+  """
 
-def _write_metrics(path: str, rows: list[dict]) -> None:
-  with open(path, 'w') as f:
-    for row in rows:
+  def __init__(self, path: str, resume_round: int):
+    self.path = path
+    self.rows = []
+    if os.path.exists(path):
+      with open(path) as f:
+        self.rows = [json.loads(line) for line in f if line.strip()]
+    self.rows = [r for r in self.rows if r['round'] <= resume_round]
+    with open(path, 'w') as f:
+      f.writelines(json.dumps(row) + '\n' for row in self.rows)
+
+  def append(self, row: dict) -> None:
+    self.rows.append(row)
+    with open(self.path, 'a') as f:
       f.write(json.dumps(row) + '\n')
+
+
+def new_host_counters() -> dict:
+  """Host-side running totals; checkpointed with the state (JSON)."""
+  return {'bytes_up': 0.0, 'bytes_down': 0.0, 'wall_time': 0.0,
+          'loss_sum': 0.0, 'loss_rounds': 0}
+
+
+def accumulate(host: dict, metrics: dict, seconds: float) -> None:
+  """Adds a chunk's per-round metrics (leading round axis) to the totals."""
+  host['bytes_up'] += float(np.sum(metrics['bytes_up']))
+  host['bytes_down'] += float(np.sum(metrics['bytes_down']))
+  host['wall_time'] += seconds
+  host['loss_sum'] += float(np.sum(metrics['train_loss']))
+  host['loss_rounds'] += int(np.size(metrics['train_loss']))
+
+
+def evaluation_row(round_index: int, host: dict, test: dict) -> dict:
+  """A metrics.jsonl row; the train loss is averaged since the previous row."""
+  row = {
+      'round': round_index,
+      'train_loss': host['loss_sum'] / host['loss_rounds'],
+      'test_accuracy': float(test['accuracy']),
+      'test_loss': float(test['loss']),
+      'bytes_up': host['bytes_up'],
+      'bytes_down': host['bytes_down'],
+      'wall_time': host['wall_time'],
+  }
+  host['loss_sum'], host['loss_rounds'] = 0.0, 0
+  return row
 
 
 def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
@@ -149,21 +188,28 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   train_data = jax.device_put(split.train)
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
-  metrics_path = os.path.join(workdir, 'metrics.jsonl')
-  host = {'bytes_up': 0.0, 'bytes_down': 0.0, 'wall_time': 0.0,
-          'loss_sum': 0.0, 'loss_rounds': 0}
-  start = checkpoints.latest_round()
-  if start is not None:
-    state, host = checkpoints.restore(start, state)
-  start = start or 0
-  rows = _read_metrics(metrics_path, start)
-  _write_metrics(metrics_path, rows)
+  host = new_host_counters()
+  round_index = checkpoints.latest_round() or 0
+  if round_index > config.rounds:
+    checkpoints.close()
+    raise config_lib.ConfigError(
+        f'workdir {workdir} already holds round {round_index}, beyond '
+        f'rounds={config.rounds}; ask for at least {round_index} rounds.')
+  if round_index:
+    state, host = checkpoints.restore(round_index, state)
+  log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index)
+
+  def log_evaluation() -> dict:
+    row = evaluation_row(round_index, host,
+                         jax.device_get(evaluate(state.params)))
+    log.append(row)
+    return row
 
   num_params = sum(x.size for x in jax.tree.leaves(params))
   chunk_seconds = []
-  round_index = start
-  bar = tqdm.tqdm(total=config.rounds, initial=start, disable=not config.progress,
-                  desc=f'{config.algorithm} on {config.dataset}', unit='round')
+  bar = tqdm.tqdm(total=config.rounds, initial=round_index,
+                  disable=not config.progress, unit='round',
+                  desc=f'{config.algorithm} on {config.dataset}')
   try:
     with _InterruptFlag() as interrupt:
       while round_index < config.rounds:
@@ -172,37 +218,20 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
         state, metrics = runner.run(state, train_data, n)
         metrics = jax.device_get(metrics)
         seconds = time.perf_counter() - tic
-        chunk_seconds.append(seconds / n)
-        losses = np.asarray(metrics['train_loss'])
-        if not np.all(np.isfinite(losses)):
-          bad = round_index + 1 + int(np.argmin(np.isfinite(losses)))
+        finite = np.isfinite(metrics['train_loss'])
+        if not finite.all():
           last = checkpoints.latest_round()
           raise TrainingDiverged(
-              f'training diverged: the train loss is not finite in round '
-              f'{bad}; the last good checkpoint is round '
+              'training diverged: the train loss is not finite in round '
+              f'{round_index + 1 + int(np.argmin(finite))}; the last good '
+              'checkpoint is round '
               f'{last if last is not None else "none (no checkpoint yet)"}.')
         round_index += n
-        host['bytes_up'] += float(np.sum(metrics['bytes_up']))
-        host['bytes_down'] += float(np.sum(metrics['bytes_down']))
-        host['wall_time'] += seconds
-        host['loss_sum'] += float(np.sum(losses))
-        host['loss_rounds'] += n
+        chunk_seconds.append(seconds / n)
+        accumulate(host, metrics, seconds)
         bar.update(n)
         if round_index % config.eval_every == 0 or round_index == config.rounds:
-          test = jax.device_get(evaluate(state.params))
-          row = {
-              'round': round_index,
-              'train_loss': host['loss_sum'] / host['loss_rounds'],
-              'test_accuracy': float(test['accuracy']),
-              'test_loss': float(test['loss']),
-              'bytes_up': host['bytes_up'],
-              'bytes_down': host['bytes_down'],
-              'wall_time': host['wall_time'],
-          }
-          host['loss_sum'], host['loss_rounds'] = 0.0, 0
-          rows.append(row)
-          with open(metrics_path, 'a') as f:
-            f.write(json.dumps(row) + '\n')
+          row = log_evaluation()
           bar.set_postfix(loss=f'{row["train_loss"]:.3f}',
                           acc=f'{row["test_accuracy"]:.3f}')
         if (round_index % config.checkpoint_every == 0 or
@@ -212,14 +241,16 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
           raise RunInterrupted(
               f'interrupted: round {round_index} is checkpointed in {workdir}; '
               'run the same command again to resume.')
+    if host['loss_rounds']:  # rounds checkpointed at Ctrl-C, never logged
+      log_evaluation()
   finally:
     bar.close()
     checkpoints.close()
-    if rows:
-      plots.plot_curves(rows, os.path.join(workdir, 'curves.png'),
+    if log.rows:
+      plots.plot_curves(log.rows, os.path.join(workdir, 'curves.png'),
                         title=f'{config.algorithm} on {config.dataset}')
 
-  summary = _summary(config, rows, host, num_params, chunk_seconds)
+  summary = _summary(config, log.rows, host, num_params, chunk_seconds)
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
   return summary

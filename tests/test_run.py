@@ -68,6 +68,12 @@ def test_resuming_with_another_config_is_refused(tmp_path, capsys):
   assert 'different config (client_lr)' in capsys.readouterr().err
 
 
+def test_asking_fewer_rounds_than_done_is_refused(tmp_path, capsys):
+  run.train(quick_config(rounds=4), str(tmp_path))
+  assert cli.main(QUICK + ['--config.rounds=2', f'--workdir={tmp_path}']) == 2
+  assert 'already holds round 4' in capsys.readouterr().err
+
+
 def test_a_nan_loss_stops_the_run_naming_the_round(tmp_path, capsys):
   code = cli.main(QUICK + ['--config.rounds=4', '--config.client_lr=1e30',
                            f'--workdir={tmp_path}'])
@@ -158,6 +164,9 @@ def test_ctrl_c_checkpoints_the_last_finished_round_then_resumes(tmp_path):
   assert 'is checkpointed' in err
   saved = [int(s) for s in os.listdir(os.path.join(workdir, 'checkpoints'))]
   assert len(saved) == 1 and saved[0] % 2 == 0 and 0 < saved[0] < 2000
+  # Resuming with the interrupted round as the target logs that round.
+  at_interrupt = run.train(quick_config(rounds=saved[0]), workdir)
+  assert at_interrupt['rounds'] == saved[0]
   finished = run.train(quick_config(rounds=saved[0] + 2), workdir)
   assert finished['rounds'] == saved[0] + 2
   assert np.isfinite(finished['final_train_loss'])
