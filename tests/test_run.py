@@ -97,6 +97,7 @@ def test_a_nan_loss_stops_the_run_naming_the_round(tmp_path, capsys):
     ('--config.local_steps=2.5', 'local_steps'),
     ('--config.capacities=(0.0, 1.0)', 'capacities must be'),
     ('--config.capacities=(0.5, 1.5)', 'capacities must be'),
+    ('--config.capacities=(0.25, 1.0)', 'fedavg trains the full model'),
     ('--config.client_lr=-1.0', 'client_lr must be positive'),
     ('--config.backend=gpu_magic', 'backend must be one of'),
     ('--config.eval_every=3', 'multiple of rounds_per_call'),
@@ -170,3 +171,16 @@ def test_ctrl_c_checkpoints_the_last_finished_round_then_resumes(tmp_path):
   finished = run.train(quick_config(rounds=saved[0] + 2), workdir)
   assert finished['rounds'] == saved[0] + 2
   assert np.isfinite(finished['final_train_loss'])
+
+
+def test_a_tfds_dataset_runs_end_to_end_from_data_dir(tmp_path):
+  """The trainer reads TFDS sets from data_dir (TFDS mock data, offline)."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  config = quick_config(dataset='mnist', data_dir=str(tmp_path / 'tfds'),
+                        partition='iid', num_clients=6, clients_per_round=3,
+                        model='lenet5', rounds=2)
+  config.model_options = {}
+  with tfds.testing.mock_data(num_examples=60):
+    summary = run.train(config, str(tmp_path / 'run'))
+  assert summary['dataset'] == 'mnist' and summary['model'] == 'lenet5'
+  assert summary['num_params'] == 61_706  # LeNet-5 on 28×28×1, 10 classes

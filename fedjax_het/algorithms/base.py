@@ -61,8 +61,16 @@ class FederatedAlgorithm:
   """
 
   name = 'base'
+  # Whether the method trains submodels of the capacities in config.capacities.
+  supports_capacities = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
+    if not self.supports_capacities and any(
+        g != 1 for g in config.capacities):
+      raise ValueError(
+          f'{self.name} trains the full model on every client, so capacities '
+          f'must be (1.0,), got {tuple(config.capacities)}; use a submodel '
+          'method for heterogeneous capacities.')
     self.config = config
     self.model = model
     self.num_clients = int(data.counts.shape[0])

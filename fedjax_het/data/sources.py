@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 
 import numpy as np
@@ -100,6 +101,9 @@ def _read_tfds(name: str, tfds_name: str, data_dir: str | None) -> ArrayDataset:
   except RuntimeError:
     pass  # TF was already initialised by the caller; its device choice stands.
   where = data_dir or tfds.core.constants.DATA_DIR
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)  # our error below says it all, once
   try:
     builder = tfds.builder(tfds_name, data_dir=data_dir)
     splits = tfds.load(tfds_name, split=['train', 'test'], data_dir=data_dir,
@@ -111,6 +115,8 @@ def _read_tfds(name: str, tfds_name: str, data_dir: str | None) -> ArrayDataset:
         f'machine with `python -c "import tensorflow_datasets as tfds; '
         f"tfds.builder('{tfds_name}', data_dir='{where}').download_and_prepare()\"` "
         f'and pass --config.data_dir={where}.') from e
+  finally:
+    absl_logger.setLevel(level)
   arrays = []
   for ds in splits:
     # One batch of the whole split. Not `batch_size=-1`: that sizes the batch from the stored
