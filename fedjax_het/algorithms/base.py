@@ -63,6 +63,8 @@ class FederatedAlgorithm:
   name = 'base'
   # Whether the method trains submodels of the capacities in config.capacities.
   supports_capacities = False
+  # Aggregation segments (capacity groups, cells); plans carry segment ids.
+  num_segments = 1
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -158,11 +160,27 @@ class FederatedAlgorithm:
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
   # ---- round phase 3: aggregation ------------------------------------------
+  def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
+    """The global pseudo-gradient from per-segment means ([S, ...] leaves).
+
+    Default: one global segment. Hierarchical methods override this (e.g. the
+    cloud combining cells' edge models).
+    """
+    del coverage
+    return jax.tree.map(lambda m: m[0], means)
+
   def aggregate(self, state: ServerState, plans: ClientPlan,
                 outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
-    """New (params, opt_state, extras) from the clients' deltas."""
-    pseudo_grad = aggregation.masked_mean(outputs.delta, plans.weight,
-                                          plans.mask)
+    """New (params, opt_state, extras) from the clients' deltas.
+
+    The masked, weighted segment mean of the deltas (`plans.segment` in
+    [0, num_segments)) is combined into a pseudo-gradient g, and the server
+    optimiser steps x ← x − η_s·g (for SGD).
+    """
+    means, coverage = aggregation.masked_segment_mean(
+        outputs.delta, plans.weight, plans.segment, self.num_segments,
+        plans.mask)
+    pseudo_grad = self.combine_segments(means, coverage)
     updates, opt_state = self.server_optimizer().update(
         pseudo_grad, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates), opt_state, state.extras

@@ -1,0 +1,6 @@
+"""The engine: state pytrees, client update, client-axis backends, aggregation, rounds."""
+from fedjax_het.core.aggregation import masked_mean, masked_segment_mean
+from fedjax_het.core.backends import BACKENDS, ClientError
+from fedjax_het.core.client import make_client_update, sgd_factory
+from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState

@@ -27,7 +27,3 @@ def with_replacement(key: jax.Array, probs: jax.Array,
                           p=probs)
   return ids.astype(jnp.int32)
 
-
-def full_participation(num_clients: int) -> jax.Array:
-  """Every client, in order. Returns int32 [num_clients]."""
-  return jnp.arange(num_clients, dtype=jnp.int32)

@@ -47,8 +47,9 @@ class ClientPlan:
     lr: float32 client learning rate.
     weight: float32 aggregation weight (0 drops the client's update, e.g. a
       failed upload).
-    segment: int32 aggregation segment (0 for a single global average;
-      capacity group or cell otherwise).
+    segment: int32 aggregation segment in [0, num_segments) (0 for a single
+      global average; capacity group or cell otherwise). An id outside that
+      range is dropped from the aggregate, as `jax.ops.segment_sum` does.
     mask: pytree like the params with 0/1 entries selecting the client's
       submodel, or None for the full model.
     extras: algorithm-specific per-client inputs (e.g. FIARSE's threshold).
