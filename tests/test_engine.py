@@ -87,6 +87,11 @@ def test_frozen_steps_equal_a_shorter_run():
   frozen = algorithm5.client_update(state.params, plan, data)
   chex.assert_trees_all_close(frozen.delta, short.delta, atol=1e-7)
   np.testing.assert_allclose(frozen.loss, short.loss, rtol=1e-6)
+  # Asking for more than the static maximum runs the maximum, and says so.
+  capped = algorithm2.client_update(
+      state.params, plan.replace(num_steps=jnp.int32(9)), data)
+  chex.assert_trees_all_close(capped.delta, short.delta, atol=1e-7)
+  assert int(capped.num_examples) == 2 * algorithm2.config.batch_size
 
 
 def test_mask_confines_the_update_to_the_submodel():

@@ -60,7 +60,8 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
     make_optimizer: client optimiser factory taking the client's lr.
     data: `FederatedData` with x [M, N, ...], y [M, N], counts [M]; only its
       shapes and smallest count are read here (static sizes of the program).
-    max_steps: static number of scan steps (the cohort's maximum work).
+    max_steps: static number of scan steps (the cohort's maximum work); a
+      plan asking for more steps runs `max_steps`.
     batch_size: static local batch size B.
     scan_unroll: `lax.scan` unroll factor for the local steps.
   """
@@ -97,10 +98,10 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
     (params, _, loss_sum), _ = jax.lax.scan(
         step, init, jnp.arange(max_steps), unroll=scan_unroll)
     delta = jax.tree.map(jnp.subtract, global_params, params)
-    steps = jnp.maximum(plan.num_steps, 1)
+    steps_run = jnp.clip(plan.num_steps, 0, max_steps)
     return ClientOutput(
         delta=_apply_mask(delta, plan.mask),
-        loss=loss_sum / steps,
-        num_examples=(plan.num_steps * batch_size).astype(jnp.int32))
+        loss=loss_sum / jnp.maximum(steps_run, 1),
+        num_examples=(steps_run * batch_size).astype(jnp.int32))
 
   return client_update
