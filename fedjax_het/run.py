@@ -19,7 +19,6 @@ import signal
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import tqdm

@@ -8,9 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from fedjax_het.core import backends, batching, sampling
 from fedjax_het.core.rounds import RoundRunner
-from engine_utils import tiny_config, tiny_data, tiny_fedavg
-
-_model = lambda: tiny_fedavg()[0].model
+from engine_utils import tiny_config, tiny_fedavg
 
 BACKEND_SETUPS = [('vmap', None), ('map', None), ('map', 3), ('sequential', None)]
 
@@ -212,8 +210,8 @@ def test_segments_of_disjoint_pieces_reassemble_to_the_single_segment_mean():
 
   results = []
   for cls in (HalvesBySlot, TwoCells):
-    _, state, data = tiny_fedavg()
-    algorithm = cls(tiny_config(), _model(), data)
+    base, state, data = tiny_fedavg()
+    algorithm = cls(base.config, base.model, data)
     state, _ = RoundRunner(algorithm, 'vmap').run(state, data, 2)
     results.append(state.params)
   chex.assert_trees_all_close(results[0], results[1], rtol=1e-6, atol=1e-7)
