@@ -184,7 +184,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   evaluate = eval_lib.make_evaluator(
       lambda p, x: model.apply({'params': p}, x), split.test_x, split.test_y,
       config.eval_batch_size)
-  train_data = jax.device_put(split.train)
+  train_data = split.train.to_device()
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   host = new_host_counters()

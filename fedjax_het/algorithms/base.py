@@ -148,9 +148,7 @@ class FederatedAlgorithm:
 
   # ---- round phase 2: local training ---------------------------------------
   def forward_params(self, params: PyTree, plan: ClientPlan) -> PyTree:
-    if plan.mask is None:
-      return params
-    return jax.tree.map(lambda p, m: p * m.astype(p.dtype), params, plan.mask)
+    return client.apply_mask(params, plan.mask)
 
   def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
            plan: ClientPlan) -> jax.Array:
@@ -188,9 +186,12 @@ class FederatedAlgorithm:
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
     """Scalars logged per round: loss, examples and bytes exchanged."""
-    per_client_bytes = jax.vmap(lambda m: payload_bytes(state.params, m))(
-        plans.mask) if plans.mask is not None else jnp.full(
-            plans.weight.shape, payload_bytes(state.params))
+    if plans.mask is None:
+      per_client_bytes = jnp.full(plans.weight.shape,
+                                  payload_bytes(state.params))
+    else:
+      per_client_bytes = jax.vmap(lambda m: payload_bytes(state.params, m))(
+          plans.mask)
     uploaded = plans.weight > 0
     return {
         'train_loss': jnp.mean(outputs.loss),

@@ -40,7 +40,8 @@ def sgd_factory(momentum: float = 0.0,
   return make
 
 
-def _apply_mask(tree: PyTree, mask: PyTree) -> PyTree:
+def apply_mask(tree: PyTree, mask: PyTree) -> PyTree:
+  """`tree` times a 0/1 `mask` pytree leaf by leaf; None means no mask."""
   if mask is None:
     return tree
   return jax.tree.map(lambda t, m: t * m.astype(t.dtype), tree, mask)
@@ -83,9 +84,9 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
       xb = x[plan.client_id, idx]
       yb = y[plan.client_id, idx]
       loss, grads = grad_fn(params, xb, yb, plan)
-      grads = _apply_mask(grads, plan.mask)
+      grads = apply_mask(grads, plan.mask)
       updates, new_opt_state = tx.update(grads, opt_state, params)
-      updates = _apply_mask(updates, plan.mask)
+      updates = apply_mask(updates, plan.mask)
       new_params = optax.apply_updates(params, updates)
       active = s < plan.num_steps
       keep = lambda new, old: jnp.where(active, new, old)
@@ -100,7 +101,7 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
     delta = jax.tree.map(jnp.subtract, global_params, params)
     steps_run = jnp.clip(plan.num_steps, 0, max_steps)
     return ClientOutput(
-        delta=_apply_mask(delta, plan.mask),
+        delta=apply_mask(delta, plan.mask),
         loss=loss_sum / jnp.maximum(steps_run, 1),
         num_examples=(steps_run * batch_size).astype(jnp.int32))
 
