@@ -58,6 +58,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.scan_unroll = 1            # unroll factor of the local-step scan
   c.rounds_per_call = 1        # rounds compiled into one lax.scan call
   # Logging, evaluation, checkpoints.
+  c.local_test = False         # also split the test set into per-client shards
+  c.target_accuracy = 0.0      # summary.json reports the cost to reach it (0: off)
   c.eval_every = 10
   c.eval_batch_size = 512
   c.checkpoint_every = 50
@@ -137,6 +139,9 @@ def validate(config: ml_collections.ConfigDict,
   if len(capacities) > config.num_clients:
     raise ConfigError(f'{len(capacities)} capacity levels need at least as '
                       f'many clients, got num_clients={config.num_clients}.')
+  if not 0 <= config.target_accuracy <= 1:
+    raise ConfigError('target_accuracy must be in [0, 1], got '
+                      f'{config.target_accuracy!r}.')
   for key in ('eval_every', 'checkpoint_every'):
     if config[key] % config.rounds_per_call:
       raise ConfigError(

@@ -24,7 +24,7 @@ import numpy as np
 import tqdm
 
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
-    eval as eval_lib, models, plots
+    models, plots
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.rounds import RoundRunner
 
@@ -56,7 +56,7 @@ def build_experiment(config: ml_collections.ConfigDict):
   }.get(config.partition, {})
   split = data_lib.build_federated(
       dataset, num_clients=config.num_clients, partition=config.partition,
-      seed=config.seed, **partition_kwargs)
+      seed=config.seed, local_test=config.local_test, **partition_kwargs)
   model = models.create_model(config.model, split.num_classes,
                               **config.model_options.to_dict())
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -92,30 +92,38 @@ class MetricsLog:
 
 def new_host_counters() -> dict:
   """Host-side running totals; checkpointed with the state (JSON)."""
-  return {'bytes_up': 0.0, 'bytes_down': 0.0, 'wall_time': 0.0,
-          'loss_sum': 0.0, 'loss_rounds': 0}
+  return {'totals': {}, 'wall_time': 0.0, 'loss_sum': 0.0, 'loss_rounds': 0}
 
 
 def accumulate(host: dict, metrics: dict, seconds: float) -> None:
-  """Adds a chunk's per-round metrics (leading round axis) to the totals."""
-  host['bytes_up'] += float(np.sum(metrics['bytes_up']))
-  host['bytes_down'] += float(np.sum(metrics['bytes_down']))
+  """Adds a chunk's per-round metrics (leading round axis) to the totals.
+
+  The train loss is averaged between logged rows; every other round metric
+  (bytes, examples, an algorithm's own counters such as simulated latency) is
+  a running total since round 0.
+  """
+  for key, values in metrics.items():
+    if key != 'train_loss':
+      host['totals'][key] = host['totals'].get(key, 0.0) + float(
+          np.sum(values))
   host['wall_time'] += seconds
   host['loss_sum'] += float(np.sum(metrics['train_loss']))
   host['loss_rounds'] += int(np.size(metrics['train_loss']))
 
 
 def evaluation_row(round_index: int, host: dict, test: dict) -> dict:
-  """A metrics.jsonl row; the train loss is averaged since the previous row."""
-  row = {
-      'round': round_index,
-      'train_loss': host['loss_sum'] / host['loss_rounds'],
-      'test_accuracy': float(test['accuracy']),
-      'test_loss': float(test['loss']),
-      'bytes_up': host['bytes_up'],
-      'bytes_down': host['bytes_down'],
-      'wall_time': host['wall_time'],
-  }
+  """A metrics.jsonl row; the train loss is averaged since the previous row.
+
+  `test` holds the evaluator's scalars: `accuracy` and `loss` (logged as
+  test_accuracy, test_loss) and any others under their own names (e.g. the
+  per-capacity accuracies of submodel methods).
+  """
+  row = {'round': round_index,
+         'train_loss': host['loss_sum'] / host['loss_rounds']}
+  row.update({f'test_{k}' if k in ('accuracy', 'loss') else k: float(v)
+              for k, v in test.items()})
+  row.update(host['totals'])
+  row['wall_time'] = host['wall_time']
   host['loss_sum'], host['loss_rounds'] = 0.0, 0
   return row
 
@@ -181,9 +189,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = RoundRunner(algorithm, config.backend, config.map_chunk_size)
-  evaluate = eval_lib.make_evaluator(
-      lambda p, x: model.apply({'params': p}, x), split.test_x, split.test_y,
-      config.eval_batch_size)
+  evaluate = algorithm.evaluator(split)
   train_data = split.train.to_device()
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
@@ -255,11 +261,24 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return summary
 
 
+def reached_target(rows: list[dict], target: float) -> dict | None:
+  """The first logged row whose test accuracy is ≥ `target`, or None.
+
+  Its running totals are the cost of reaching the target: bytes, examples
+  and any counter the algorithm logs (simulated latency, local steps, ...).
+  """
+  for row in rows:
+    if row['test_accuracy'] >= target:
+      return row
+  return None
+
+
 def _summary(config, rows, host, num_params, chunk_seconds) -> dict:
   final = rows[-1]
   # The first chunk of this session includes compilation.
   steady = chunk_seconds[1:] or chunk_seconds
-  return {
+  last = rows[-5:]
+  summary = {
       'algorithm': config.algorithm,
       'dataset': config.dataset,
       'model': config.model,
@@ -267,10 +286,16 @@ def _summary(config, rows, host, num_params, chunk_seconds) -> dict:
       'num_params': int(num_params),
       'final_test_accuracy': final['test_accuracy'],
       'best_test_accuracy': max(r['test_accuracy'] for r in rows),
+      'mean_test_accuracy_last5': float(
+          np.mean([r['test_accuracy'] for r in last])),
       'final_test_loss': final['test_loss'],
       'final_train_loss': final['train_loss'],
-      'bytes_up': host['bytes_up'],
-      'bytes_down': host['bytes_down'],
+      'totals': dict(host['totals']),
       'wall_time_s': host['wall_time'],
       's_per_round_median': float(np.median(steady)) if steady else None,
+      'final': final,
   }
+  if config.target_accuracy:
+    summary['target_accuracy'] = config.target_accuracy
+    summary['to_target'] = reached_target(rows, config.target_accuracy)
+  return summary

@@ -34,7 +34,8 @@ def read_rows(workdir):
 
 
 def test_a_run_writes_every_output(tmp_path):
-  summary = run.train(quick_config(rounds=6), str(tmp_path))
+  summary = run.train(quick_config(rounds=6, target_accuracy=1e-6),
+                      str(tmp_path))
   assert [r['round'] for r in read_rows(tmp_path)] == [2, 4, 6]
   for name in ('config.json', 'summary.json', 'curves.png'):
     assert (tmp_path / name).exists()
@@ -43,6 +44,10 @@ def test_a_run_writes_every_output(tmp_path):
   row = read_rows(tmp_path)[-1]
   model_bytes = summary['num_params'] * 4
   assert row['bytes_down'] == 6 * 5 * model_bytes == row['bytes_up']
+  assert row['examples'] == 6 * 5 * 2 * 8  # rounds × cohort × steps × batch
+  # The cost to reach the target is the running total at the first row.
+  assert summary['to_target']['round'] == 2
+  assert summary['to_target']['bytes_up'] == 2 * 5 * model_bytes
 
 
 @pytest.mark.parametrize('backend', ['vmap', 'sequential'])
@@ -56,7 +61,7 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, backend)
   resumed = run.train(quick_config(rounds=6, backend=backend), parts)
   assert read_rows(parts) == read_rows(whole)
   for key in ('final_test_accuracy', 'final_test_loss', 'final_train_loss',
-              'bytes_up'):
+              'totals'):
     assert resumed[key] == expected[key]
 
 

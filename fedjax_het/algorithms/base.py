@@ -7,8 +7,11 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
 - `plan_clients(state, client_ids, keys)`: per-client arrays — steps, lr,
   weight, segment, mask (default: full model, config's steps and lr, weights by
   `aggregation_weights`).
-- `forward_params(params, plan)`: the parameters the client's forward pass
-  sees (default: the params times the plan's mask, i.e. the submodel).
+- `forward_params(params, plan, ctx)`: the parameters the client's forward
+  pass sees at a local step (default: the params times the plan's mask, i.e.
+  the submodel).
+- `loss(params, x, y, plan, ctx)`: the local objective of a batch (default:
+  cross-entropy of the forward with `forward_params`).
 - `aggregate(state, plans, outputs)`: the new global parameters (default: the
   masked weighted mean of the deltas as the server optimiser's
   pseudo-gradient).
@@ -19,15 +22,17 @@ data (`FederatedData`) is passed to them as an argument on every call; the
 algorithm only reads static facts (sizes, counts) from the data it is built
 with.
 """
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
+from fedjax_het import eval as eval_lib
 from fedjax_het.core import aggregation, client, sampling
-from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
+                                   StepContext)
 
 PyTree = Any
 
@@ -147,14 +152,16 @@ class FederatedAlgorithm:
     return self.plan_clients(state, client_ids, keys)
 
   # ---- round phase 2: local training ---------------------------------------
-  def forward_params(self, params: PyTree, plan: ClientPlan) -> PyTree:
+  def forward_params(self, params: PyTree, plan: ClientPlan,
+                     ctx: StepContext) -> PyTree:
+    del ctx
     return client.apply_mask(params, plan.mask)
 
   def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
-           plan: ClientPlan) -> jax.Array:
+           plan: ClientPlan, ctx: StepContext) -> jax.Array:
     """Mean softmax cross-entropy of a batch under the client's forward."""
-    logits = self.model.apply({'params': self.forward_params(params, plan)},
-                              x, train=True)
+    logits = self.model.apply(
+        {'params': self.forward_params(params, plan, ctx)}, x, train=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
   # ---- round phase 3: aggregation ------------------------------------------
@@ -199,6 +206,18 @@ class FederatedAlgorithm:
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
     }
+
+  # ---- evaluation (host loop, between rounds) ----------------------------
+  def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
+    """`evaluate(params) -> scalars` logged in metrics.jsonl.
+
+    Must return `accuracy` and `loss` (the headline test metrics); methods add
+    their own protocol's scalars (e.g. accuracy per capacity). Default: the
+    full model on the global test set (`split` is a `FederatedSplit`).
+    """
+    return eval_lib.make_evaluator(
+        lambda p, x: self.model.apply({'params': p}, x), split.test_x,
+        split.test_y, self.config.eval_batch_size)
 
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:

@@ -18,11 +18,15 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het.core import batching
-from fedjax_het.core.state import ClientOutput, ClientPlan
+from fedjax_het.core.state import ClientOutput, ClientPlan, StepContext
 
 PyTree = Any
-# loss_fn(params, x [B, ...], y [B], plan) -> scalar mean loss.
-LossFn = Callable[[PyTree, jax.Array, jax.Array, ClientPlan], jax.Array]
+# loss_fn(params, x [B, ...], y [B], plan, ctx) -> scalar mean loss.
+LossFn = Callable[[PyTree, jax.Array, jax.Array, ClientPlan, StepContext],
+                  jax.Array]
+# Stream of per-step keys, folded into the client's key apart from the epoch
+# permutations of `batching` (epochs never reach this index).
+_STEP_KEY_STREAM = 2**31 - 1
 # make_optimizer(lr) -> optax transformation; lr may be a traced scalar.
 OptimizerFactory = Callable[[jax.Array], optax.GradientTransformation]
 
@@ -56,8 +60,9 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
   so jit never embeds the dataset in the compiled program as a constant.
 
   Args:
-    loss_fn: loss of a batch under the client's forward pass. Algorithms put
-      their submodel semantics here (e.g. forward with masked params).
+    loss_fn: loss of a batch under the client's forward pass, given the step's
+      `StepContext`. Algorithms put their submodel semantics here (e.g.
+      forward with masked params).
     make_optimizer: client optimiser factory taking the client's lr.
     data: `FederatedData` with x [M, N, ...], y [M, N], counts [M]; only its
       shapes and smallest count are read here (static sizes of the program).
@@ -75,6 +80,7 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
     count = jnp.asarray(data.counts)[plan.client_id]
     tx = make_optimizer(plan.lr)
     grad_fn = jax.value_and_grad(loss_fn)
+    step_keys = jax.random.fold_in(plan.key, _STEP_KEY_STREAM)
 
     def step(carry, s):
       params, opt_state, loss_sum = carry
@@ -83,7 +89,9 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
           max_examples=max_examples, max_epochs_per_batch=epochs_bound)
       xb = x[plan.client_id, idx]
       yb = y[plan.client_id, idx]
-      loss, grads = grad_fn(params, xb, yb, plan)
+      ctx = StepContext(global_params=global_params, step=s,
+                        key=jax.random.fold_in(step_keys, s))
+      loss, grads = grad_fn(params, xb, yb, plan, ctx)
       grads = apply_mask(grads, plan.mask)
       updates, new_opt_state = tx.update(grads, opt_state, params)
       updates = apply_mask(updates, plan.mask)

@@ -78,3 +78,19 @@ class ClientOutput:
   loss: jax.Array
   num_examples: jax.Array
   extras: PyTree = None
+
+
+@flax.struct.dataclass
+class StepContext:
+  """What a local step knows beyond its batch; the fifth argument of losses.
+
+  Attributes:
+    global_params: the round's global parameters x̃ (e.g. FedProx's proximal
+      term, self-distillation from the global model).
+    step: int32 scalar, index of the local step (0-based).
+    key: PRNG key of this step, independent of the minibatch draw (e.g.
+      FjORD's per-step width, dropout).
+  """
+  global_params: PyTree
+  step: jax.Array
+  key: jax.Array

@@ -1,0 +1,1 @@
+"""Wireless channels as jitted pure functions (AirComp over-the-air aggregation)."""

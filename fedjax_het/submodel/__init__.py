@@ -1,0 +1,1 @@
+"""Submodels as mask pytrees over the global parameters."""

@@ -1,0 +1,1 @@
+"""System heterogeneity: link reliability, local work, latency models, clocks."""
