@@ -52,6 +52,27 @@ def base_config() -> ml_collections.ConfigDict:
   # Capacity levels γ in (0, 1], assigned to clients in equal groups (submodel
   # methods train a γ-fraction of the model; (1.0,) = everyone trains it all).
   c.capacities = (1.0,)
+  # Submodel methods (FIARSE, HeteroFL, FedRolex, FjORD, ScaleFL, ...).
+  c.submodel = ml_collections.ConfigDict({
+      # Per-coordinate partial-averaging denominator: 'nonzero' counts the
+      # clients whose update of the entry is non-zero (FIARSE's code, Sec. 3
+      # Agg), 'mask' the clients whose submodel holds it (App. C.1 Eq. 12,
+      # HeteroFL); 'auto' uses the method's own rule.
+      'partial_average': 'auto',
+      # FIARSE thresholds: 'model' (one top-k over all maskable parameters),
+      # 'layer' (one per layer / ResNet stage) or 'shard' (one per prefix in
+      # threshold_shards).
+      'threshold_granularity': 'model',
+      'threshold_shards': (),
+      # Width methods: r = sqrt(γ) ('sqrt') or the widest r holding at most a
+      # γ fraction of the parameters ('params').
+      'width_rule': 'sqrt',
+      # HeteroFL/FedRolex Scaler: hidden outputs divided by r in training.
+      'scaler': True,
+      # Extra capacities evaluated on the global test set as unparticipated
+      # clients (FIARSE Fig. 4), e.g. (0.01, 0.05, 0.1, 0.5).
+      'eval_capacities': (),
+  })
   # Engine.
   c.backend = 'vmap'           # vmap | map | sequential
   c.map_chunk_size = 0         # clients vmapped together inside lax.map (0: one at a time)

@@ -1,9 +1,13 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.fedavg import FedAvg
+from fedjax_het.algorithms.fiarse import Fiarse, FiarseLayerwise, PruningGreedy
+from fedjax_het.algorithms.width_slicing import FedRolex, FjORD, HeteroFL
 
 ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
-    FedAvg.name: FedAvg,
+    cls.name: cls for cls in (
+        FedAvg, Fiarse, FiarseLayerwise, PruningGreedy, HeteroFL, FedRolex,
+        FjORD)
 }
 
 

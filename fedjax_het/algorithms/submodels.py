@@ -1,0 +1,175 @@
+"""The shared mechanism of submodel methods: capacity levels, masks, evaluation.
+
+Client i has a capacity γ_i ∈ (0, 1], the fraction of the global model it can
+train (FIARSE §3). The levels of `config.capacities` are assigned to clients
+in equal contiguous blocks of client ids (FIARSE's code; client data are
+partitioned at random, so blocks carry no data bias). Every round each
+sampled client gets the mask of its level's submodel; local training updates
+only that submodel, and the server averages each coordinate over the clients
+that updated it (partial averaging, Sec. 3 of FIARSE):
+
+    x̃ ← x̃ − η_s · Σ_i w_i m_ij Δ_ij / Σ_i w_i m_ij   (entries no client holds stay),
+
+with m the submodel mask ('mask', App. C.1 Eq. 12) or 1{Δ_ij ≠ 0} ('nonzero',
+Sec. 3's Agg and FIARSE's code), and w_i from `aggregation_weights`
+(FIARSE and HeteroFL count clients: 'uniform').
+
+A method supplies `level_plan` (per-client masks and extras), the forward it
+trains (`forward_params`) and `eval_mask(params, γ)`, the submodel any
+client of capacity γ gets from the global model — also sizes never trained.
+
+Evaluation (specs/fiarse.md §6), logged every `eval_every` rounds:
+  accuracy@γ, loss@γ      the γ-submodel on the global test set (Global);
+  accuracy, loss          their means over the levels (Global);
+  local_accuracy@γ        mean over clients of level γ of the accuracy on
+                          their own test shard with the γ-submodel (Model(γ));
+  local_accuracy          mean of local_accuracy@γ over levels (Local);
+  unparticipated_accuracy@γ  for each γ of `submodel.eval_capacities`;
+  params_fraction@γ       share of all parameters in the γ-submodel at init.
+The local metrics need `config.local_test = True`.
+"""
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het import eval as eval_lib
+from fedjax_het import models
+from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.core import client
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+
+PyTree = Any
+PARTIAL_AVERAGES = ('auto', 'nonzero', 'mask')
+
+
+def capacity_key(gamma: float) -> str:
+  """Metric-name form of a capacity, e.g. 0.015625 -> '0.015625', 1.0 -> '1'."""
+  return f'{gamma:g}'
+
+
+def level_of_clients(num_clients: int, num_levels: int) -> np.ndarray:
+  """int32 [M]: level of each client, equal contiguous blocks of client ids."""
+  return (np.arange(num_clients) * num_levels // num_clients).astype(np.int32)
+
+
+class SubmodelAlgorithm(FederatedAlgorithm):
+  """Base of the methods that train capacity-limited submodels.
+
+  Subclasses set `default_partial_average` and implement `level_plan`,
+  `eval_mask` and, if the trained forward differs from the masked model,
+  `forward_params`.
+  """
+
+  supports_capacities = True
+  default_partial_average = 'mask'
+
+  def __init__(self, config, model, data):
+    super().__init__(config, model, data)
+    levels = tuple(float(g) for g in config.capacities)
+    if len(set(levels)) != len(levels):
+      raise ValueError(f'capacities must be distinct levels, got {levels}.')
+    options = config.submodel
+    if options.partial_average not in PARTIAL_AVERAGES:
+      raise ValueError('submodel.partial_average must be one of '
+                       f'{", ".join(PARTIAL_AVERAGES)}, got '
+                       f'{options.partial_average!r}.')
+    for g in options.eval_capacities:
+      if not 0 < g <= 1:
+        raise ValueError('submodel.eval_capacities must lie in (0, 1], got '
+                         f'{tuple(options.eval_capacities)}.')
+    self.levels = levels
+    self.client_level = jnp.asarray(
+        level_of_clients(self.num_clients, len(levels)))
+    self.partial_average = (self.default_partial_average
+                            if options.partial_average == 'auto'
+                            else options.partial_average)
+    self.input_shape = tuple(data.x.shape[2:])
+    self.template = models.init_params(model, jax.random.PRNGKey(0),
+                                       self.input_shape)
+    self._eval_params = jax.jit(self.eval_params, static_argnums=1)
+
+  # ---- what a method defines ------------------------------------------------
+  def level_plan(self, state: ServerState, levels: jax.Array
+                 ) -> tuple[PyTree, PyTree]:
+    """(masks [K, ...], extras) of clients at capacity indices `levels` [K]."""
+    raise NotImplementedError
+
+  def eval_mask(self, params: PyTree, gamma: float) -> PyTree:
+    """Entries of the global params in the γ-submodel a client receives."""
+    raise NotImplementedError
+
+  def eval_params(self, params: PyTree, gamma: float) -> PyTree:
+    """The γ-submodel of the global params (zeros outside it).
+
+    Methods whose submodels need more than parameters at test time (e.g. an
+    early exit to read) return a pytree that `eval_apply` understands.
+    """
+    return client.apply_mask(params, self.eval_mask(params, gamma))
+
+  def eval_apply(self, submodel: PyTree, x: jax.Array) -> jax.Array:
+    """Logits [B, classes] of an `eval_params` submodel on a batch."""
+    return self.model.apply({'params': submodel}, x)
+
+  # ---- engine hooks ----------------------------------------------------------
+  def plan_clients(self, state: ServerState, client_ids: jax.Array,
+                   keys: jax.Array) -> ClientPlan:
+    plan = super().plan_clients(state, client_ids, keys)
+    masks, extras = self.level_plan(state, self.client_level[client_ids])
+    return plan.replace(mask=masks, extras=extras)
+
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
+    if self.partial_average == 'nonzero':
+      counted = jax.tree.map(lambda d: d != 0, outputs.delta)
+      plans = plans.replace(mask=counted)
+    return super().aggregate(state, plans, outputs)
+
+  # ---- evaluation ------------------------------------------------------------
+  def submodel_fractions(self, params: PyTree) -> dict[str, float]:
+    """Fraction of all parameters in each level's submodel of `params`."""
+    total = sum(x.size for x in jax.tree.leaves(params))
+    return {capacity_key(g): float(sum(
+        jnp.sum(m) for m in jax.tree.leaves(self.eval_mask(params, g)))) / total
+            for g in self.levels}
+
+  def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
+    apply = self.eval_apply
+    batch_size = self.config.eval_batch_size
+    global_eval = eval_lib.make_evaluator(apply, split.test_x, split.test_y,
+                                          batch_size)
+    local_eval = None
+    if split.local_test is not None:
+      local_eval = eval_lib.make_client_evaluator(apply, split.local_test,
+                                                  batch_size)
+    client_level = np.asarray(self.client_level)
+    extra = tuple(float(g) for g in self.config.submodel.eval_capacities)
+
+    fractions = self.submodel_fractions(self.template)
+
+    def evaluate(params):
+      out = {f'params_fraction@{k}': v for k, v in fractions.items()}
+      level_params = [self._eval_params(params, g) for g in self.levels]
+      for g, p in zip(self.levels, level_params):
+        result = global_eval(p)
+        out[f'accuracy@{capacity_key(g)}'] = result['accuracy']
+        out[f'loss@{capacity_key(g)}'] = result['loss']
+      out['accuracy'] = np.mean([out[f'accuracy@{capacity_key(g)}']
+                                 for g in self.levels])
+      out['loss'] = np.mean([out[f'loss@{capacity_key(g)}']
+                             for g in self.levels])
+      if local_eval is not None:
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *level_params)
+        per_client = np.asarray(local_eval(stacked, client_level)['accuracy'])
+        for i, g in enumerate(self.levels):
+          out[f'local_accuracy@{capacity_key(g)}'] = float(
+              per_client[client_level == i].mean())
+        out['local_accuracy'] = float(np.mean([
+            out[f'local_accuracy@{capacity_key(g)}'] for g in self.levels]))
+      for g in extra:
+        out[f'unparticipated_accuracy@{capacity_key(g)}'] = global_eval(
+            self._eval_params(params, g))['accuracy']
+      return out
+
+    return evaluate
