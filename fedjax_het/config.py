@@ -72,6 +72,72 @@ def base_config() -> ml_collections.ConfigDict:
       # Extra capacities evaluated on the global test set as unparticipated
       # clients (FIARSE Fig. 4), e.g. (0.01, 0.05, 0.1, 0.5).
       'eval_capacities': (),
+      # ScaleFL (algorithms/scalefl.py; needs model_options.exits=True): the
+      # depth s of capacity γ is the shallowest whose full-width submodel
+      # holds ≥ scalefl_depth_tolerance·γ of the parameters, then the width r
+      # is the widest holding ≤ γ.
+      'scalefl_depth_tolerance': 0.8,
+      # Self-distillation of the earlier exits from the deepest: weight g of
+      # the KD term, temperature T, and the fraction of `rounds` after which
+      # KD switches on (ScaleFL code: T = 3, KD after 25% of the rounds;
+      # g = 0.05 is the one value its README gives).
+      'scalefl_kd_weight': 0.05,
+      'scalefl_temperature': 3.0,
+      'scalefl_kd_start': 0.25,
+  })
+  # System heterogeneity (fedjax_het/systems/heterogeneity.py): every round each
+  # client m has an upload failure probability q_m and local work T_m. Read by
+  # the FedACS family (fedavg_het, fedacs, ca_fedavg, fedvarp, fednova, fedau, os).
+  c.systems = ml_collections.ConfigDict({
+      'model': 'static',      # static | dynamic | markov | trace
+      'q': (0.0,),            # static: q_m per client (one value = every client)
+      'local_work': (),       # static/markov: T_m per client (() = local_steps for all)
+      'shuffle': False,       # static: assign q and T to clients by seeded random permutations
+      'work_unit': 'steps',   # steps | epochs (T epochs = T·⌈n_m/B⌉ steps)
+      'dynamic_q': ((0.4, 0.5), (0.0, 0.1)),  # dynamic: q ~ U(lo, hi) per equal client group
+      'dynamic_work': ((1, 10), (20, 30)),    # dynamic: T ~ U{lo..hi} per group, redrawn every round
+      'markov_fail': (0.1,),     # markov: P(link on → off) per round, per client (one value = all)
+      'markov_recover': (0.5,),  # markov: P(link off → on) per round
+      'trace': '',            # trace: .npz with q and local_work [rounds, M]; row r mod rounds
+  })
+  # The FedACS family of methods (algorithms/fedacs.py and its baselines).
+  c.fedacs = ml_collections.ConfigDict({
+      # with_replacement: K draws from the method's p, rule (3); uniform: K distinct
+      # clients, rule (19); full: all M clients, rule (21). (client_sampling is unused.)
+      'participation': 'with_replacement',
+      'calibrate': True,      # App. I.2: per-round client lr giving FedAvg's expected step length
+      'prox_mu': 0.0,         # FedProx local solver ½μ‖x − X‖² (0: plain SGD)
+      'fedvarp_form': 'paper',  # paper: stale updates fill failed uploads (Eq. 114) | saga: original
+      'fedau_cutoff': 100000,   # FedAU: longest participation interval recorded (rounds)
+  })
+  # Hierarchical FL (HIST, HFedAvg; specs/hist.md): a cloud over N edge cells;
+  # a global round is E edge rounds of local_steps (H) steps at every client
+  # followed by an edge aggregation; every client trains in every round, so
+  # clients_per_round must equal num_clients. Defaults: the paper's Sec. VI-C.
+  c.hierarchy = ml_collections.ConfigDict({
+      'num_cells': 2,                  # N edge servers
+      'cell_sizes': (),                # n_j; () = num_clients split evenly, in client order
+      'edge_rounds': 5,                # E edge rounds per global round
+      'cloud_weights': 'uniform',      # cloud mean over cells: uniform | clients (∝ cell weight)
+      'partition_sizes': 'uniform',    # HIST: uniform | optimized (Eq. 19 / 36) | given
+      'given_sizes': (),               # neurons per cell when partition_sizes='given'
+      'max_size_ratio': 1.5,           # (19c) d_j ≤ ratio·d/N (ε_th = 9δ1² gives 1.5)
+      'edge_channel': 'oma',           # oma (TDMA, exact) | aircomp (over the air, noisy)
+      'aircomp_noise': 'real',         # real (var MSE, Eq. 25) | complex (real part, MSE/2) | none
+      'aircomp_power': 1.0,            # precoder power budget P_j (SNR = P_j/σ0²)
+      'beamformer_sca_steps': 20,      # SCA iterations of the max-min beamformer
+      'beamformer_inner_steps': 80,    # mirror-prox steps per SCA iteration
+      'slow_cells': -1,                # cells 0..slow_cells-1 use the *_slow values (-1: N//2)
+      'cpu_ghz_slow': (1.0, 2.0),      # CPU frequency range F_i of slow cells
+      'cpu_ghz_fast': (2.0, 4.0),      # ... and of the other cells
+      'snr_db_slow': 30.0,             # SNR P_j/σ0² of slow cells (OMA rates and AirComp)
+      'snr_db_fast': 40.0,             # ... and of the other cells
+      'bandwidth_hz': 9e6,             # B per cell
+      'antennas': 10,                  # M at each edge server
+      'cycles_per_step': 1e6,          # V0, CPU cycles per full-model mini-batch step
+      'bits_per_param': 32.0,          # L0/d
+      'subcarrier_hz': 15e3,           # Δf (AirComp, 5G NR)
+      'symbol_s': 1.0 / 14e3,          # t_s (AirComp, 5G NR)
   })
   # Engine.
   c.backend = 'vmap'           # vmap | map | sequential

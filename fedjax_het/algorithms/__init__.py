@@ -1,14 +1,26 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.fedavg import FedAvg
+from fedjax_het.algorithms.fedacs import FedACS
+from fedjax_het.algorithms.fedau import FedAU
+from fedjax_het.algorithms.fedvarp import FedVarp
+from fedjax_het.algorithms.reweighted import CaFedAvg, FedNova, OptimalSampling
+from fedjax_het.algorithms.systems_aware import FedAvgHet
 from fedjax_het.algorithms.fiarse import Fiarse, FiarseLayerwise, PruningGreedy
+from fedjax_het.algorithms.scalefl import ScaleFL
+from fedjax_het.algorithms.hist import HFedAvg, HIST
 from fedjax_het.algorithms.width_slicing import FedRolex, FjORD, HeteroFL
 
 ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
     cls.name: cls for cls in (
         FedAvg, Fiarse, FiarseLayerwise, PruningGreedy, HeteroFL, FedRolex,
-        FjORD)
+        FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
+        OptimalSampling, HIST, HFedAvg)
 }
+
+# The FedACS paper's methods (FedACS first, then its baselines in Table 1 order).
+FEDACS_FAMILY = ('fedacs', 'fedavg_het', 'ca_fedavg', 'fedvarp', 'fednova',
+                 'fedau', 'os')
 
 
 def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:

@@ -6,6 +6,12 @@ A round has three pure phases, all defined by the algorithm:
     outputs        = backend(client_update)(params, plans, data) # local training
     state, metrics = algorithm.finish_round(state, plans, outputs)  # aggregate + server step
 
+An algorithm whose local phase is more than one call of the clients (HIST's E
+edge rounds with edge aggregation in between) defines
+`local_phase(params, plans, data, run_clients) -> ClientOutput`, which the
+runner calls in place of the single `run_clients(params, plans, data)`; it
+works under every backend because `run_clients` is the backend's driver.
+
 With a compiled backend (`vmap`, `map`) the three phases trace into one
 `jax.jit` and a chunk of rounds runs in `lax.scan` with the state buffers
 donated. With `sequential` the middle phase is a host loop of per-client jitted
@@ -13,6 +19,7 @@ calls (for debugging and for CPU, where it can be fastest; PERF_NOTES.md).
 The federated data is always an argument, never a closure, so it is not
 compiled into the program as a constant and stays on device between rounds.
 """
+import functools
 from typing import Any, Protocol
 
 import jax
@@ -37,6 +44,15 @@ class RoundAlgorithm(Protocol):
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, Metrics]:
     ...
+
+
+def run_local_phase(algorithm, params, plans: ClientPlan, data,
+                    run_clients) -> ClientOutput:
+  """`algorithm.local_phase` if it has one, else one `run_clients` call."""
+  local_phase = getattr(algorithm, 'local_phase', None)
+  if local_phase is None:
+    return run_clients(params, plans, data)
+  return local_phase(params, plans, data, run_clients)
 
 
 class RoundRunner:
@@ -67,10 +83,12 @@ class RoundRunner:
     plans = self.algorithm.plan_round(state, data)
     update = self.algorithm.client_update
     if self.backend == 'vmap':
-      outputs = backends.run_vmap(update, state.params, plans, data)
+      run_clients = functools.partial(backends.run_vmap, update)
     else:
-      outputs = backends.run_map(update, state.params, plans, data,
-                                 self.map_chunk_size)
+      run_clients = functools.partial(backends.run_map, update,
+                                      chunk_size=self.map_chunk_size)
+    outputs = run_local_phase(self.algorithm, state.params, plans, data,
+                              run_clients)
     return self.algorithm.finish_round(state, plans, outputs)
 
   def _compiled_chunk(self, num_rounds: int):
@@ -94,9 +112,11 @@ class RoundRunner:
     history = []
     for _ in range(num_rounds):
       plans = self._plan(state, data)
-      outputs = backends.run_sequential(
-          self.algorithm.client_update, state.params, plans, data,
+      run_clients = functools.partial(
+          backends.run_sequential, self.algorithm.client_update,
           round_index=int(state.round), jitted_update=self._client)
+      outputs = run_local_phase(self.algorithm, state.params, plans, data,
+                                run_clients)
       state, metrics = self._finish(state, plans, outputs)
       history.append(metrics)
     return state, jax.tree.map(lambda *xs: jnp.stack(xs), *history)

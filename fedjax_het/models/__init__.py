@@ -2,6 +2,8 @@
 
 All models map NHWC float images (the MLP flattens any input) to logits [batch, num_classes] with
 `model.apply({'params': params}, x, train=...)`; `apply` is pure (no mutable collections, no rng).
+Built with `exits=True` (mlp, lenet5, resnet18), a model returns the logits of all its early exits
+stacked [num_exits, batch, num_classes], deepest (`head`) last (ScaleFL).
 """
 
 from fedjax_het.models.cnn import LeNet5, SimpleCNN

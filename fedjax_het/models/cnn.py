@@ -1,6 +1,7 @@
 """Small convolutional networks: LeNet-5 and pfl-research's "simple_cnn"."""
 
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 
 from fedjax_het.models.layers import conv, dense, flatten, max_pool2, normalize
@@ -28,12 +29,20 @@ class LeNet5(nn.Module):
   A VALID conv on a map smaller than 5x5 runs with SAME padding and pooling keeps size-1 axes,
   so every padding works on 8x8 digits (classic: 8-8-4-4-2, flatten 64).
   `norm` ('none', 'static_bn' or 'group') is applied after each conv.
+
+  `exits=True` adds ScaleFL's early exits after the three first stages (conv1 block, conv2 block,
+  fc1): `exit1` and `exit2` are global average pool + Dense on the pooled conv maps, `exit3` a
+  Dense on fc1's activations; the fourth exit is `head`. `apply` then returns the logits of all
+  four exits stacked [4, N, num_classes], deepest last. The exits add (6 + 16 + 120)·classes +
+  3·classes params: 1,450 for 10 classes (63,156 on 28x28x1 classic). Parameters are created in
+  forward order, which `fedjax_het.algorithms.scalefl` reads to tell which exit each layer feeds.
   """
 
   num_classes: int
   padding: str = 'classic'
   norm: str = 'none'
   num_groups: int = 2
+  exits: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -43,14 +52,24 @@ class LeNet5(nn.Module):
           f'Unknown LeNet5 padding {self.padding!r}; valid choices are '
           f'{", ".join(LENET_PADDINGS)}.')
     pad1, pad2 = LENET_PADDINGS[self.padding]
+    early_logits = []
+
+    def early_exit(features: jax.Array, name: str) -> None:
+      if self.exits:
+        pooled = jnp.mean(features, axis=(1, 2)) if features.ndim == 4 else features
+        early_logits.append(dense(pooled, self.num_classes, name=name))
+
     x = conv(x, 6, 5, name='conv1', padding=pad1)
     x = max_pool2(nn.relu(normalize(x, self.norm, 'norm1', self.num_groups)))
+    early_exit(x, 'exit1')
     x = conv(x, 16, 5, name='conv2', padding=pad2)
     x = max_pool2(nn.relu(normalize(x, self.norm, 'norm2', self.num_groups)))
-    x = flatten(x)
-    x = nn.relu(dense(x, 120, name='fc1'))
+    early_exit(x, 'exit2')
+    x = nn.relu(dense(flatten(x), 120, name='fc1'))
+    early_exit(x, 'exit3')
     x = nn.relu(dense(x, 84, name='fc2'))
-    return dense(x, self.num_classes, name='head')
+    logits = dense(x, self.num_classes, name='head')
+    return jnp.stack([*early_logits, logits]) if self.exits else logits
 
 
 class SimpleCNN(nn.Module):

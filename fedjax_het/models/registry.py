@@ -26,8 +26,11 @@ _LAYER_LEAVES = ('kernel', 'bias')
 def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   """Build model `name` (one of MODELS) with `num_classes` outputs and its own options.
 
-  Options: mlp(hidden), lenet5(padding, norm, num_groups), simple_cnn(norm, num_groups),
-  resnet18(width, norm, num_groups). Lists are stored as tuples so modules stay hashable.
+  Options: mlp(hidden, exits), lenet5(padding, norm, num_groups, exits), simple_cnn(norm,
+  num_groups), resnet18(width, norm, num_groups, exits). `exits=True` adds ScaleFL's early-exit
+  classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits
+  of every exit stacked [num_exits, N, num_classes]. Lists are stored as tuples so modules stay
+  hashable.
   """
   if name not in _CLASSES:
     raise ValueError(f'Unknown model {name!r}; valid choices are {", ".join(MODELS)}.')

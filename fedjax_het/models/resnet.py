@@ -45,12 +45,21 @@ class ResNet18(nn.Module):
   HeteroFL/FedRolex width submodels. `norm` is 'static_bn' (FIARSE's static BN: batch statistics
   in training and evaluation), 'group' (GroupNorm, gcd(num_groups, channels) groups) or 'none'.
   Params at width 1, 10 classes: 11,173,962 with 'static_bn'/'group', 11,164,362 with 'none'.
+
+  `exits=True` adds ScaleFL's early exits (Ilhan et al., CVPR 2023): after stage s = 1, 2, 3 an
+  exit classifier `exit{s}` (global average pool + Dense with bias) reads the stage's output; the
+  fourth exit is `head`. `apply` then returns the logits of all four exits stacked
+  [4, N, num_classes], deepest last. The exits add C_s·classes + classes for C_s = 64, 128, 256
+  (times `width`): 4,510 params for 10 classes (11,178,472 in all with static BN), 45,100 for 100.
+  Parameters are created in forward order (stem, stage1, exit1, stage2, exit2, ...), which
+  `fedjax_het.algorithms.scalefl` reads to tell which exit each module feeds.
   """
 
   num_classes: int
   width: float = 1.0
   norm: str = 'static_bn'
   num_groups: int = 2
+  exits: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -60,11 +69,15 @@ class ResNet18(nn.Module):
     channels = scaled_channels(RESNET18_CHANNELS, self.width)
     x = conv(x, channels[0], 3, 'stem_conv', 1, padding=1, use_bias=False)
     x = nn.relu(normalize(x, self.norm, 'stem_norm', self.num_groups))
+    early_logits = []
     for s, (features, strides, blocks) in enumerate(
         zip(channels, RESNET18_STRIDES, RESNET18_BLOCKS)):
       for b in range(blocks):
         x = BasicBlock(
             features, strides if b == 0 else 1, self.norm, self.num_groups,
             name=f'stage{s + 1}_block{b + 1}')(x)
-    x = jnp.mean(x, axis=(1, 2))
-    return dense(x, self.num_classes, name='head')
+      if self.exits and s + 1 < len(channels):
+        early_logits.append(
+            dense(jnp.mean(x, axis=(1, 2)), self.num_classes, name=f'exit{s + 1}'))
+    logits = dense(jnp.mean(x, axis=(1, 2)), self.num_classes, name='head')
+    return jnp.stack([*early_logits, logits]) if self.exits else logits

@@ -208,7 +208,9 @@ def disjoint_partition(key: jax.Array, params: PyTree, num_parts: int,
     uniform_sizes(group.num_units, num_parts)  # validates N
   if isinstance(sizes, (list, tuple, np.ndarray)):  # concrete: check here
     check_sizes(sizes, num_parts, layout.num_units)
-  stacked = stacked_partition(key, params, num_parts, sizes, layout)
+  stacked = _jitted_partition(key, params, num_parts,
+                              None if sizes is None else jnp.asarray(sizes),
+                              layout)
   return [jax.tree.map(lambda m, j=j: m[j], stacked) for j in range(num_parts)]
 
 
@@ -220,3 +222,6 @@ def check_sizes(sizes: Sequence[int], num_parts: int, num_units: int) -> None:
     raise ValueError(f'partition sizes must be {num_parts} positive integers '
                      f'summing to the {num_units} hidden neurons, got '
                      f'{sizes.tolist()}.')
+
+
+_jitted_partition = jax.jit(stacked_partition, static_argnums=(2, 4))

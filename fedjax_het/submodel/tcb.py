@@ -19,10 +19,12 @@ def tcb_scale(w: jax.Array, theta: jax.Array) -> jax.Array:
   """The gradient factor M(w)·(1 + 2|w|θ/(|w|+θ)²) of Eq. (3), same shape as w."""
   theta = jnp.asarray(theta, w.dtype)
   a = jnp.abs(w)
-  kept = a >= theta
-  den = jnp.square(a + theta)
-  bias = jnp.where(den > 0, 2 * a * theta / jnp.where(den > 0, den, 1), 0)
-  return jnp.where(kept, 1 + bias, 0).astype(w.dtype)
+  total = a + theta
+  safe = jnp.where(total > 0, total, 1)
+  # 2|w|θ/(|w|+θ)² as a product of two ratios in [0, 1]: no overflow or
+  # underflow of the squares for tiny or huge magnitudes.
+  bias = jnp.where(total > 0, 2 * (a / safe) * (theta / safe), 0)
+  return jnp.where(a >= theta, 1 + bias, 0).astype(w.dtype)
 
 
 @jax.custom_vjp

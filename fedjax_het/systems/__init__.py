@@ -1,1 +1,3 @@
 """System heterogeneity: link reliability, local work, latency models, clocks."""
+from fedjax_het.systems import latency, partition_sizing
+from fedjax_het.systems.latency import aircomp_upload_time

@@ -1,0 +1,53 @@
+"""FedACS: heterogeneity-aware client sampling (Weng, Ren, Xiao, Skoglund; spec fedacs.md §2).
+
+Clients whose uploads often fail (q_m large) or who do little local work
+(‖a_m‖₁ small) are under-represented in FedAvg's expected update. FedACS
+corrects this by the sampling distribution alone, recomputed every round from
+the round's q^(r) and ‖a^(r)‖₁ of all M clients (Eq. (15), Alg. 1):
+
+    p_m^(r) = [ω_m / ((1 − q_m^(r))‖a_m^(r)‖₁)] / Σ_j ω_j / ((1 − q_j^(r))‖a_j^(r)‖₁),
+
+K draws with replacement, and the plain anonymous rule (3)
+X ← X + (1/K) Σ_{received} U_m (no reweighting, no client identities). Then
+E[update] = −η Σ_m ω_m ∇F̄_m / Σ_j ω_j/((1 − q_j)‖a_j‖₁) (Eq. (16)): the
+surrogate objective is the true one in every round, static or dynamic.
+
+Calibration (App. I.2, Eq. (112)): η₂ = η₁ Σ ω(1 − q)‖a‖₁ · Σ ω/((1 − q)‖a‖₁),
+so FedACS's expected step equals FedAvg's.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm, \
+    fedavg_step_length
+from fedjax_het.core.state import ServerState
+from fedjax_het.systems.heterogeneity import SystemsRound
+
+
+class FedACS(SystemsAwareAlgorithm):
+  """Samples ∝ ω/((1 − q)‖a‖₁) (Eq. (15)) and aggregates by rule (3)."""
+
+  name = 'fedacs'
+  display_name = 'FedACS'
+  participations = ('with_replacement',)
+  divides_by_success = True
+
+  def inverse_effort(self, rnd: SystemsRound) -> jax.Array:
+    """ω_m / ((1 − q_m)‖a_m‖₁), the unnormalised Eq. (15). [M]."""
+    return self.omega / ((1 - rnd.failure_prob) * self.work_norms(rnd))
+
+  def sampling_probs(self, rnd: SystemsRound) -> jax.Array:
+    weights = self.inverse_effort(rnd)
+    return weights / jnp.sum(weights)
+
+  def client_coefficients(self, state: ServerState,
+                          rnd: SystemsRound) -> jax.Array:
+    """1 for every client: rule (3) as is; all correction is in p."""
+    del state
+    return jnp.ones((self.num_clients,), jnp.float32)
+
+  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+    """η₂/η₁ = Σ ω(1 − q)‖a‖₁ · Σ ω/((1 − q)‖a‖₁) (Eqs. (111), (112))."""
+    return (fedavg_step_length(self.omega, rnd.failure_prob,
+                               self.work_norms(rnd)) *
+            jnp.sum(self.inverse_effort(rnd)))

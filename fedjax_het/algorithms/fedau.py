@@ -1,0 +1,93 @@
+"""FedAU (Wang & Ji, "A lightweight method for tackling unknown participation statistics").
+
+The server does not know the participation probabilities; it estimates each
+client's inverse participation rate online, as the mean of the intervals (in
+rounds) between the client's participations, and weights the client's update
+by it (spec fedacs.md §3.2 #5, following IBM/fedau's `main.py`):
+
+    X ← X + Σ_{m received (once per client)} ω_m ω̂_m U_m,
+    ω̂_m = mean of m's recorded intervals (1 before any is recorded).
+
+"Participates" means m's update is received (m ∈ S̃_r). Per client the server
+keeps, in `ServerState.extras['fedau']`, the rounds since m last participated,
+and the sum and count of the recorded intervals. When m participates the
+interval (rounds since + 1) is recorded after weighting; after
+`fedacs.fedau_cutoff` rounds without participation the cutoff is recorded and
+the count restarts. The recorded intervals have mean (1 − (1 − P_m)^cut)/P_m
+for a participation probability P_m, so in the long run the expected update
+is Σ_m ω_m (1 − (1 − P_m)^cut) U_m: the statistical distortion is removed
+(cut → ∞), the structural one is not. The lr is FedAvg's η₁ (App. I.2).
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het.algorithms.base import occurrence_index
+from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.systems.heterogeneity import SystemsRound
+
+PyTree = Any
+
+
+def mean_interval(stats: dict) -> jax.Array:
+  """ω̂ [M]: the mean recorded interval, 1 where none is recorded yet."""
+  count = stats['interval_count']
+  return jnp.where(count > 0,
+                   stats['interval_sum'] / jnp.maximum(count, 1), 1.0)
+
+
+class FedAU(SystemsAwareAlgorithm):
+  """FedAU: received updates weighted by their online mean participation interval."""
+
+  name = 'fedau'
+  display_name = 'FedAU'
+
+  def init_extras(self, params: PyTree) -> PyTree:
+    extras = dict(super().init_extras(params) or {})
+    # Distinct buffers: the round runner donates the state.
+    extras['fedau'] = {key: jnp.zeros((self.num_clients,), jnp.float32)
+                       for key in ('since', 'interval_sum', 'interval_count')}
+    return extras
+
+  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+                        client_ids: jax.Array) -> jax.Array:
+    """K ω_m ω̂_m on a client's first slot, 0 on repeats (one update per client)."""
+    del rnd
+    first = occurrence_index(client_ids) == 0
+    weight = self.omega * mean_interval(state.extras['fedau'])
+    return self.num_draws * weight[client_ids] * first
+
+  def participation_probs(self, rnd: SystemsRound) -> jax.Array:
+    """P_m = P(m ∈ S̃_r): sampled at least once and its upload arrives. [M]."""
+    if self.options.participation == 'with_replacement':
+      sampled = 1 - (1 - self.sampling_probs(rnd))**self.num_draws
+    else:
+      sampled = self.num_draws / self.num_clients * jnp.ones_like(self.omega)
+    return sampled * (1 - rnd.failure_prob)
+
+  def expected_weights(self, state: ServerState,
+                       rnd: SystemsRound) -> jax.Array:
+    """Long-run e_m = ω_m (1 − (1 − P_m)^cut) (ω̂ at its limit)."""
+    del state
+    cut = self.options.fedau_cutoff
+    return self.omega * (1 - (1 - self.participation_probs(rnd))**cut)
+
+  def next_extras(self, state: ServerState, plans: ClientPlan,
+                  outputs: ClientOutput) -> dict:
+    extras = super().next_extras(state, plans, outputs)
+    stats = state.extras['fedau']
+    took_part = jnp.zeros((self.num_clients,)).at[plans.client_id].max(
+        plans.extras['link_up']) > 0
+    waited = stats['since'] + 1
+    cut = waited >= self.options.fedau_cutoff
+    record = took_part | cut
+    extras['fedau'] = {
+        'since': jnp.where(record, 0.0, waited),
+        'interval_sum': stats['interval_sum'] + jnp.where(
+            record, jnp.where(took_part, waited,
+                              float(self.options.fedau_cutoff)), 0.0),
+        'interval_count': stats['interval_count'] + record,
+    }
+    return extras

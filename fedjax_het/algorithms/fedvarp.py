@@ -1,0 +1,97 @@
+"""FedVarp on unreliable links: failed uploads filled from the server's memory.
+
+The server keeps y_m, the last update it received from each client m (the
+vector as received, i.e. with that round's lr; 0 until m first delivers),
+in `ServerState.extras['memory']` (leaves [M, ...]).
+
+- `fedacs.fedvarp_form='paper'` (FedACS's description, Eq. (114)): a sampled
+  client whose upload fails contributes its stale y_m,
+
+      X ← X + (1/K) [ Σ_{k received} c_k U_k + Σ_{k failed} c_k y_{m_k} ],
+
+  so in the long run every sampled client counts and Ω ∝ ω‖a‖₁: the
+  statistical distortion is removed, the structural one is not.
+- `'saga'` (the original FedVarp of Jhunjhunwala et al., SAGA-style):
+
+      X ← X + (1/K) Σ_{k received} c_k (U_k − y_{m_k}) + Σ_m ω_m y_m.
+
+  Same expectation; lower variance when the memory is fresh.
+
+c_k is the importance weight ω/π (1 for IS). Calibrated lr η₄ = η₃, c-a-FedAvg's
+(Eq. (115)). After aggregating, y_m ← the update of m's last received slot.
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het.algorithms.reweighted import communication_aware_lr_scale
+from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.systems.heterogeneity import SystemsRound
+
+PyTree = Any
+
+
+def last_received_slot(client_ids: jax.Array, received: jax.Array,
+                       num_clients: int) -> jax.Array:
+  """For each client, the last cohort slot whose upload arrived, or −1. int32 [M]."""
+  slots = jnp.where(received > 0, jnp.arange(client_ids.shape[0]), -1)
+  return jnp.full((num_clients,), -1, jnp.int32).at[client_ids].max(
+      slots.astype(jnp.int32))
+
+
+class FedVarp(SystemsAwareAlgorithm):
+  """FedVarp: a per-client memory of received updates stands in for failures."""
+
+  name = 'fedvarp'
+  display_name = 'FedVarp'
+
+  def init_extras(self, params: PyTree) -> PyTree:
+    extras = dict(super().init_extras(params) or {})
+    extras['memory'] = jax.tree.map(
+        lambda p: jnp.zeros((self.num_clients,) + p.shape, p.dtype), params)
+    return extras
+
+  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+    return communication_aware_lr_scale(self.omega, rnd.failure_prob,
+                                        self.work_norms(rnd))
+
+  def expected_weights(self, state: ServerState,
+                       rnd: SystemsRound) -> jax.Array:
+    """π_m c_m: in the long run a failed upload counts through its memory."""
+    return self.inclusion(rnd) * self.client_coefficients(state, rnd)
+
+  def memory_coefficients(self, plans: ClientPlan) -> jax.Array:
+    """b [M] with the memory's share of the pseudo-gradient Σ_m b_m y_m."""
+    link_up, coefficient = plans.extras['link_up'], plans.extras['coefficient']
+    if self.options.fedvarp_form == 'paper':
+      per_slot = (1 - link_up) * coefficient / self.num_draws
+      return jnp.zeros((self.num_clients,)).at[plans.client_id].add(per_slot)
+    per_slot = link_up * coefficient / self.num_draws
+    return self.omega - jnp.zeros((self.num_clients,)).at[
+        plans.client_id].add(per_slot)
+
+  def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
+                      outputs: ClientOutput) -> PyTree:
+    fresh = super().pseudo_gradient(state, plans, outputs)
+    b = self.memory_coefficients(plans)
+    stale = jax.tree.map(lambda y: jnp.tensordot(b, y, axes=1).astype(y.dtype),
+                         state.extras['memory'])
+    return jax.tree.map(jnp.add, fresh, stale)
+
+  def next_extras(self, state: ServerState, plans: ClientPlan,
+                  outputs: ClientOutput) -> dict:
+    extras = super().next_extras(state, plans, outputs)
+    slot = last_received_slot(plans.client_id, plans.extras['link_up'],
+                              self.num_clients)
+    got = slot >= 0
+
+    def remember(memory, delta):
+      fresh = delta[jnp.maximum(slot, 0)]
+      keep = got.reshape((-1,) + (1,) * (memory.ndim - 1))
+      return jnp.where(keep, fresh, memory)
+
+    extras['memory'] = jax.tree.map(remember, state.extras['memory'],
+                                    outputs.delta)
+    return extras

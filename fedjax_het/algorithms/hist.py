@@ -1,0 +1,401 @@
+"""HIST and hierarchical FedAvg over wireless cells (Fang, Han & Brinton; specs/hist.md).
+
+A cloud server, N edge servers (cells) and n_j clients in cell j; every client
+takes part in every global round t (Algorithm 1):
+
+    x̄_j^{t,0} = p_j^t ⊙ x̄^t                                   (4)
+    for e = 0..E-1:   every client i of cell j runs H masked SGD steps
+                      from x̄_j^{t,e}                            (5)
+                      x̄_j^{t,e+1} = weighted mean over C_j       (6)
+    x̄^{t+1} = Σ_j p_j ⊙ x̄_j^{t,E}  (+ mean over cells of shared params)  (7)
+
+On the engine a global round is one round of the `RoundRunner`:
+- cells are aggregation segments: `plan.segment` is a client's cell, and each
+  edge aggregation is `masked_segment_mean` (a `jax.ops.segment_sum` over the
+  client axis by cell) or its over-the-air twin
+  `channels.aircomp.over_the_air_mean`;
+- the E edge rounds run in `local_phase` (the runner's hook), inside the
+  round's jit for compiled backends; client updates start from their cell's
+  edge model (`edge_params[plan.segment]`), and edge round e > 0 folds e into
+  the clients' keys so every edge round draws fresh minibatches;
+- a client's `ClientOutput.delta` is x̄^t − x̄_j^{t,E}, the edge model it holds
+  after the last edge aggregation, so the base class's segment mean by cell
+  returns every cell's edge model and `combine_segments` is the cloud (Eq. (7):
+  each coordinate is the mean of the cells whose submodel holds it, i.e. the
+  owner's value for a partitioned neuron and the mean over cells for shared
+  parameters, spec §7 item 5).
+
+HFedAvg (the baseline, spec §2.3) trains the full model everywhere; HIST
+trains, in every global round, fresh disjoint partitions p_j^t of the hidden
+neurons (`submodel.disjoint`), of uniform, given or latency-optimal sizes
+(`systems.partition_sizing`, Eqs. (19)/(36)).
+
+Edge aggregation is OMA (exact, TDMA latency Eq. (17)) or AirComp
+(`edge_channel='aircomp'`): clients send δ_i = (x_{i,0} − x_{i,H})/γ (Eq.
+(21), the sign the paper intends), the edge server receives the noisy mean
+δ̂_j = Σ ŵ_i δ_i + Z_j over fresh Rayleigh channels with a max-min beamformer
+(Eqs. (22)-(25)), and sets x̄_j ← x̄_j − γ·δ̂_j (Eq. (27)), so the model noise
+is γZ (spec §7 item 7). Shared parameters are sent and noised too.
+
+Accounting per global round (`round_metrics`, summed by the trainer):
+bytes_up / bytes_down (E submodel exchanges per client), `mb_per_client`
+(MiB uploaded per client: the x-axis of Fig. 3 and the unit of Tables I/II),
+`latency_s` (Eq. (18) with Eq. (17) or (35)), `partition_dmax` (d_max^t of
+Thm 1) and, with AirComp, `aircomp_mse`, `beamformer_gain` and
+`beamformer_initial_gain` (means over cells and edge rounds). CPU frequencies
+F_i ~ U(range of the cell) and OMA channels h_i^t are drawn once per global
+round, AirComp channels once per edge round (spec §7 item 11).
+"""
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.channels import aircomp
+from fedjax_het.core import aggregation
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.submodel import disjoint
+from fedjax_het.systems import latency, partition_sizing
+
+PyTree = Any
+# Streams folded into the round key, apart from the base class's split.
+_SYSTEM_STREAM = 1_000_003
+_PARTITION_STREAM = 1_000_033
+_AIRCOMP_STREAM = 1_000_037
+
+
+@dataclasses.dataclass(frozen=True)
+class Hierarchy:
+  """The validated `config.hierarchy` of a run with `num_clients` clients.
+
+  Attributes:
+    cell_sizes: n_j per cell; clients 0..n_0-1 form cell 0, and so on.
+    edge_rounds: E.
+    system: the latency model's constants.
+    cpu_hz_range: float [N, 2] F_i range of each cell.
+    snr: float [N] linear SNR of each cell.
+    (other fields as in `config.hierarchy`).
+  """
+  cell_sizes: tuple
+  edge_rounds: int
+  cloud_weights: str
+  partition_sizes: str
+  given_sizes: tuple
+  max_size_ratio: float
+  edge_channel: str
+  aircomp_noise: str
+  aircomp_power: float
+  sca_steps: int
+  inner_steps: int
+  system: latency.WirelessSystem
+  cpu_hz_range: np.ndarray
+  snr: np.ndarray
+
+  @property
+  def num_cells(self) -> int:
+    return len(self.cell_sizes)
+
+  @classmethod
+  def from_config(cls, config) -> 'Hierarchy':
+    """Reads and checks `config.hierarchy`; raises ValueError (one sentence)."""
+    h = config.hierarchy
+    num_clients = config.num_clients
+    n = h.num_cells
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+      raise ValueError(f'hierarchy.num_cells must be a positive integer, got '
+                       f'{n!r}.')
+    sizes = tuple(h.cell_sizes) or tuple(
+        int(s) for s in np.diff(np.linspace(0, num_clients, n + 1).round()))
+    if len(sizes) != n:
+      raise ValueError(f'hierarchy.cell_sizes lists {len(sizes)} cells but '
+                       f'num_cells is {n}.')
+    if min(sizes) < 1:
+      raise ValueError(f'every cell needs at least one client, got cell sizes '
+                       f'{list(sizes)} for {num_clients} clients.')
+    if sum(sizes) != num_clients:
+      raise ValueError(f'hierarchy.cell_sizes {list(sizes)} add up to '
+                       f'{sum(sizes)}, not num_clients={num_clients}.')
+    if config.clients_per_round != num_clients:
+      raise ValueError(
+          f'{config.algorithm} trains every client of every cell each round, '
+          f'so clients_per_round ({config.clients_per_round}) must equal '
+          f'num_clients ({num_clients}).')
+    if h.edge_rounds < 1:
+      raise ValueError(f'hierarchy.edge_rounds must be at least 1, got '
+                       f'{h.edge_rounds}.')
+    choices = {'cloud_weights': ('uniform', 'clients'),
+               'partition_sizes': ('uniform', 'optimized', 'given'),
+               'edge_channel': ('oma', 'aircomp'),
+               'aircomp_noise': aircomp.NOISE_KINDS}
+    for key, allowed in choices.items():
+      if h[key] not in allowed:
+        raise ValueError(f'hierarchy.{key} must be one of '
+                         f'{", ".join(allowed)}, got {h[key]!r}.')
+    for key in ('aircomp_power', 'max_size_ratio', 'beamformer_sca_steps',
+                'beamformer_inner_steps'):
+      if not h[key] > 0:
+        raise ValueError(f'hierarchy.{key} must be positive, got {h[key]!r}.')
+    for key in ('cpu_ghz_slow', 'cpu_ghz_fast'):
+      low_high = tuple(h[key])
+      if len(low_high) != 2 or not 0 < low_high[0] <= low_high[1]:
+        raise ValueError(f'hierarchy.{key} must be a range (low, high) of '
+                         f'positive GHz, got {low_high!r}.')
+    for key in ('snr_db_slow', 'snr_db_fast'):
+      if not math.isfinite(h[key]):
+        raise ValueError(f'hierarchy.{key} must be a finite number of dB, got '
+                         f'{h[key]!r}.')
+    slow = n // 2 if h.slow_cells == -1 else h.slow_cells
+    if not 0 <= slow <= n:
+      raise ValueError(f'hierarchy.slow_cells must be in [0, {n}] or -1, got '
+                       f'{h.slow_cells}.')
+    is_slow = np.arange(n) < slow
+    cpu = np.where(is_slow[:, None], h.cpu_ghz_slow, h.cpu_ghz_fast) * 1e9
+    snr_db = np.where(is_slow, h.snr_db_slow, h.snr_db_fast)
+    system = latency.WirelessSystem(
+        bandwidth_hz=h.bandwidth_hz, antennas=h.antennas,
+        cycles_per_step=h.cycles_per_step, bits_per_param=h.bits_per_param,
+        subcarrier_hz=h.subcarrier_hz, symbol_s=h.symbol_s)
+    return cls(sizes, int(h.edge_rounds), h.cloud_weights, h.partition_sizes,
+               tuple(h.given_sizes), float(h.max_size_ratio), h.edge_channel,
+               h.aircomp_noise, float(h.aircomp_power),
+               int(h.beamformer_sca_steps), int(h.beamformer_inner_steps),
+               system, cpu.astype(np.float32),
+               (10.0**(snr_db / 10)).astype(np.float32))
+
+
+class HFedAvg(FederatedAlgorithm):
+  """Hierarchical FedAvg: full model, E edge rounds per global round.
+
+  The shared mechanism of both hierarchical methods: cells as segments, the
+  E edge rounds in `local_phase`, OMA or AirComp edge aggregation, the cloud
+  as `combine_segments`, latency and byte accounting. HIST changes only
+  `cell_masks`.
+  """
+
+  name = 'hfedavg'
+
+  def __init__(self, config, model, data):
+    self.hierarchy = Hierarchy.from_config(config)
+    super().__init__(config, model, data)
+    self.num_segments = self.hierarchy.num_cells
+    self.edge_rounds = self.hierarchy.edge_rounds
+    self.cell_of_client = jnp.asarray(
+        np.repeat(np.arange(self.num_segments), self.hierarchy.cell_sizes),
+        jnp.int32)
+    init_params = model.init(jax.random.PRNGKey(0),
+                             jnp.zeros((1,) + tuple(data.x.shape[2:])))['params']
+    self.template = jax.tree.map(
+        lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), init_params)
+    self.total_params = int(sum(p.size for p in jax.tree.leaves(init_params)))
+    self.setup_partition(init_params)
+    client_update = self.client_update
+
+    def cell_client_update(edge_params, plan, data):
+      start = jax.tree.map(lambda p: p[plan.segment], edge_params)
+      return client_update(start, plan, data)
+
+    self.client_update = cell_client_update
+    self._edge_aggregate = jax.jit(self.edge_aggregate)
+
+  def setup_partition(self, init_params: PyTree) -> None:
+    """Checks and precomputes the partition of `init_params` (none here)."""
+    del init_params
+
+  # ---- phase 1: every client, its cell, its resources, its submodel -------
+  def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
+    """Every client of every cell, in cell order."""
+    del state, key
+    return jnp.arange(self.num_clients, dtype=jnp.int32)
+
+  def plan_clients(self, state: ServerState, client_ids: jax.Array,
+                   keys: jax.Array) -> ClientPlan:
+    """Cells as segments; the round's F_i, R_i; the cell's submodel mask."""
+    plans = super().plan_clients(state, client_ids, keys)
+    h = self.hierarchy
+    segment = self.cell_of_client[client_ids]
+    round_key = jax.random.fold_in(state.key, state.round)
+    cpu_key, channel_key = jax.random.split(
+        jax.random.fold_in(round_key, _SYSTEM_STREAM))
+    cpu_range = jnp.asarray(h.cpu_hz_range)[segment]
+    cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
+    channels = aircomp.rayleigh_channels(channel_key, client_ids.shape[0],
+                                         h.system.antennas)
+    rate_bps = latency.oma_rates(channels, jnp.asarray(h.snr)[segment],
+                                 h.system.bandwidth_hz)
+    extras = {'round_key': jnp.broadcast_to(round_key,
+                                            (client_ids.shape[0],) +
+                                            round_key.shape),
+              'cpu_hz': cpu_hz, 'rate_bps': rate_bps}
+    plans = plans.replace(segment=segment, extras=extras)
+    masks = self.cell_masks(round_key, plans)
+    if masks is not None:
+      plans = plans.replace(mask=jax.tree.map(lambda m: m[segment], masks))
+    return plans
+
+  def cell_masks(self, round_key: jax.Array, plans: ClientPlan) -> PyTree:
+    """Submodel of every cell, bool [N, ...] leaves, or None (full model)."""
+    del round_key, plans
+    return None
+
+  # ---- phase 2: E edge rounds --------------------------------------------
+  def edge_aggregate(self, key: jax.Array, deltas: PyTree,
+                     plans: ClientPlan) -> tuple[PyTree, dict]:
+    """One edge aggregation: per-cell mean of the client deltas, Eq. (6)/(27).
+
+    Returns:
+      ([N, ...] mean deltas, per-cell stats {name: float [N]}; empty for OMA).
+    """
+    h = self.hierarchy
+    if h.edge_channel == 'oma':
+      means, _ = aggregation.masked_segment_mean(
+          deltas, plans.weight, plans.segment, self.num_segments, plans.mask)
+      return means, {}
+    gamma = self.config.client_lr
+    channel_key, noise_key = jax.random.split(key)
+    channels = aircomp.rayleigh_channels(channel_key, plans.weight.shape[0],
+                                         h.system.antennas)
+    accumulated_grads = jax.tree.map(lambda d: d / gamma, deltas)  # Eq. (21)
+    means, _, stats = aircomp.over_the_air_mean(
+        noise_key, accumulated_grads, plans.weight, plans.segment,
+        self.num_segments, channels, plans.mask, snr=jnp.asarray(h.snr),
+        power=h.aircomp_power, noise=h.aircomp_noise, sca_steps=h.sca_steps,
+        inner_steps=h.inner_steps)
+    return jax.tree.map(lambda m: gamma * m, means), {   # Eq. (27)
+        'aircomp_mse': stats.mse, 'beamformer_gain': stats.gain,
+        'beamformer_initial_gain': stats.initial_gain}
+
+  def local_phase(self, params: PyTree, plans: ClientPlan, data,
+                  run_clients) -> ClientOutput:
+    """E edge rounds of H local steps, each closed by an edge aggregation.
+
+    `moved[j]` = x̄^t − x̄_j^{t,e} is carried per cell; a client starts edge
+    round e from its cell's x̄_j^{t,e}. The loop is unrolled (E is small), so
+    it runs the same under compiled backends and the sequential one.
+    """
+    moved = jax.tree.map(
+        lambda p: jnp.zeros((self.num_segments,) + p.shape, p.dtype), params)
+    aircomp_key = jax.random.fold_in(plans.extras['round_key'][0],
+                                     _AIRCOMP_STREAM)
+    losses, examples, cell_stats = [], [], []
+    for e in range(self.edge_rounds):
+      edge_params = jax.tree.map(lambda p, m: p[None] - m, params, moved)
+      keys = plans.key if e == 0 else jax.vmap(
+          jax.random.fold_in, in_axes=(0, None))(plans.key, e)
+      outputs = run_clients(edge_params, plans.replace(key=keys), data)
+      means, stats = self._edge_aggregate(
+          jax.random.fold_in(aircomp_key, e), outputs.delta, plans)
+      moved = jax.tree.map(jnp.add, moved, means)
+      losses.append(outputs.loss)
+      examples.append(outputs.num_examples)
+      cell_stats.append(stats)
+    # Per client: its cell's statistic, averaged over the edge rounds.
+    extras = {name: jnp.mean(jnp.stack([s[name] for s in cell_stats]),
+                             axis=0)[plans.segment]
+              for name in cell_stats[0]}
+    return ClientOutput(
+        delta=jax.tree.map(lambda m: m[plans.segment], moved),
+        loss=jnp.mean(jnp.stack(losses), axis=0),
+        num_examples=jnp.sum(jnp.stack(examples), axis=0),
+        extras=extras or None)
+
+  # ---- phase 3: the cloud -------------------------------------------------
+  def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
+    """The cloud, Eq. (7): per coordinate, the mean over the cells holding it.
+
+    A partitioned coordinate is held by one cell and gets its value (the sum
+    of disjoint pieces); a shared one is averaged over the cells, with equal
+    weights ('uniform', the paper) or by the cells' total client weight
+    ('clients').
+    """
+
+    def combine(mean, cover):
+      weight = cover if self.hierarchy.cloud_weights == 'clients' else (
+          cover > 0).astype(jnp.float32)
+      weight = weight.reshape(weight.shape + (1,) * (mean.ndim - weight.ndim))
+      total = jnp.sum(weight, axis=0)
+      combined = jnp.sum(weight * mean, axis=0) / jnp.where(total > 0, total,
+                                                            1.0)
+      return combined.astype(mean.dtype)
+
+    return jax.tree.map(combine, means, coverage)
+
+  def round_metrics(self, state: ServerState, plans: ClientPlan,
+                    outputs: ClientOutput) -> dict[str, jax.Array]:
+    """Bytes, MiB per client, simulated latency and AirComp statistics."""
+    metrics = super().round_metrics(state, plans, outputs)
+    h = self.hierarchy
+    for key in ('bytes_down', 'bytes_up'):  # one exchange per edge round
+      metrics[key] = self.edge_rounds * metrics[key]
+    metrics['mb_per_client'] = metrics['bytes_up'] / self.num_clients / 2**20
+    if plans.mask is None:
+      trained = jnp.full(plans.weight.shape, float(self.total_params))
+    else:
+      trained = jax.vmap(_count_true)(plans.mask)
+    cell_latency = latency.edge_round_latency(
+        h.edge_channel, trained, self.total_params, plans.num_steps,
+        plans.extras['cpu_hz'], plans.extras['rate_bps'], plans.segment,
+        self.num_segments, h.system)
+    metrics['latency_s'] = latency.global_round_latency(cell_latency,
+                                                        self.edge_rounds)
+    metrics['partition_dmax'] = jnp.max(trained)
+    if outputs.extras:
+      clients_in_cell = latency.cell_client_counts(plans.segment,
+                                                   self.num_segments)
+      for name, per_client in outputs.extras.items():
+        # Each cell's value appears n_j times: the mean over cells.
+        metrics[name] = jnp.sum(per_client / clients_in_cell[plans.segment]
+                                ) / self.num_segments
+    return metrics
+
+
+def _count_true(mask: PyTree) -> jax.Array:
+  """Number of True entries of a mask pytree (float32 scalar)."""
+  return sum(jnp.sum(m).astype(jnp.float32) for m in jax.tree.leaves(mask))
+
+
+class HIST(HFedAvg):
+  """HIST: every cell trains a fresh disjoint partition of the hidden neurons."""
+
+  name = 'hist'
+
+  def setup_partition(self, init_params: PyTree) -> None:
+    h = self.hierarchy
+    self.layout = disjoint.partition_layout(init_params)
+    for group in self.layout.groups:
+      disjoint.uniform_sizes(group.num_units, self.num_segments)
+    if h.partition_sizes != 'uniform' and len(self.layout.groups) != 1:
+      raise ValueError(f'{h.partition_sizes} partition sizes need a model with '
+                       'one partitioned hidden layer, this one has '
+                       f'{len(self.layout.groups)}.')
+    if h.partition_sizes == 'given':
+      disjoint.check_sizes(h.given_sizes, self.num_segments,
+                           self.layout.num_units)
+    self.size_cap = partition_sizing.size_cap(
+        self.layout.num_units, self.num_segments, h.max_size_ratio) if (
+            h.partition_sizes == 'optimized') else None
+
+  def partition_sizes(self, plans: ClientPlan) -> jax.Array | None:
+    """Neurons per cell this round: uniform (None), given, or Eq. (19)/(36)."""
+    h = self.hierarchy
+    if h.partition_sizes == 'uniform':
+      return None
+    if h.partition_sizes == 'given':
+      return jnp.asarray(h.given_sizes, jnp.int32)
+    # Latency per parameter of each cell: T_j of a one-parameter submodel.
+    cost = latency.edge_round_latency(
+        h.edge_channel, jnp.ones(plans.weight.shape), self.total_params,
+        plans.num_steps, plans.extras['cpu_hz'], plans.extras['rate_bps'],
+        plans.segment, self.num_segments, h.system)
+    group = self.layout.groups[0]
+    return partition_sizing.optimal_unit_counts(
+        cost, num_units=group.num_units, unit_params=group.unit_params,
+        shared_params=self.layout.shared_params, max_units=self.size_cap)
+
+  def cell_masks(self, round_key: jax.Array, plans: ClientPlan) -> PyTree:
+    return disjoint.stacked_partition(
+        jax.random.fold_in(round_key, _PARTITION_STREAM), self.template,
+        self.num_segments, self.partition_sizes(plans), self.layout)

@@ -1,0 +1,113 @@
+"""Baselines of FedACS that reweight the received updates: c-a-FedAvg, FedNova, OS.
+
+All three sample p = ω (OS: p ∝ ω‖U‖) and change only the aggregation
+coefficient c_k of rule (3) (spec fedacs.md §3.2):
+
+- c-a-FedAvg (communication-aware FedAvg, Perazzone et al.; Eq. (113)):
+  c = (ω/π)/(1 − q_m). E[update] = −η₃ Σ ω_m Δ_m: fixes the statistical
+  (link) distortion, not the structural one (Ω ∝ ω‖a‖₁). Calibrated lr
+  η₃ = η₁ Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eq. (113d)).
+- FedNova (Wang et al. 2020; Eq. (116)): c = (ω/π) τ_eff/‖a_m‖₁ with
+  τ_eff = Σ_m γ̃_m ‖a_m‖₁, γ̃ = ω(1 − q)/Σ ω(1 − q), from the round's q and
+  ‖a‖₁ of all clients, so the expected step is FedAvg's (η₅ = η₁) and
+  Ω ∝ ω(1 − q): fixes the structural distortion, not the statistical one.
+  (FedNova's code normalises by the mean ‖a‖₁ of the received clients; the
+  expected-τ form here is the one that reproduces Eq. (116) exactly.)
+- OS (optimal client sampling, Chen et al.; Eq. (20)): every client computes
+  its update, the server draws K slots with replacement from
+  p_m ∝ ω_m‖U_m‖ and aggregates (1/K) Σ_{received} (ω_m/p_m) U_m: unbiased
+  for Σ ω(1 − q)U (Eq. (25)), so Ω is FedAvg's; lr η₁. Computation and
+  communication are counted for the K draws only (spec §6 #11); the
+  simulation trains all M clients each round.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedjax_het.algorithms.systems_aware import SELECTION_STREAM, \
+    SystemsAwareAlgorithm, fedavg_step_length, round_stream_key
+from fedjax_het.core import sampling
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.systems.heterogeneity import SystemsRound
+
+
+def communication_aware_lr_scale(omega: jax.Array, q: jax.Array,
+                                 a_norm: jax.Array) -> jax.Array:
+  """η₃/η₁ = Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
+  return fedavg_step_length(omega, q, a_norm) / jnp.sum(omega * a_norm)
+
+
+class CaFedAvg(SystemsAwareAlgorithm):
+  """c-a-FedAvg: received updates divided by their success probability."""
+
+  name = 'ca_fedavg'
+  display_name = 'c-a-FedAvg'
+  divides_by_success = True
+
+  def client_coefficients(self, state: ServerState,
+                          rnd: SystemsRound) -> jax.Array:
+    return super().client_coefficients(state, rnd) / (1 - rnd.failure_prob)
+
+  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+    return communication_aware_lr_scale(self.omega, rnd.failure_prob,
+                                        self.work_norms(rnd))
+
+
+class FedNova(SystemsAwareAlgorithm):
+  """FedNova: updates normalised by ‖a_m‖₁ and rescaled by τ_eff (Eq. (116))."""
+
+  name = 'fednova'
+  display_name = 'FedNova'
+
+  def client_coefficients(self, state: ServerState,
+                          rnd: SystemsRound) -> jax.Array:
+    a_norm = self.work_norms(rnd)
+    success = self.omega * (1 - rnd.failure_prob)
+    tau_eff = jnp.sum(success * a_norm) / jnp.maximum(jnp.sum(success),
+                                                      1e-30)
+    return super().client_coefficients(state, rnd) * tau_eff / a_norm
+
+
+class OptimalSampling(SystemsAwareAlgorithm):
+  """OS: K draws ∝ ω‖U‖ after local training, importance-weighted (Eq. (20))."""
+
+  name = 'os'
+  display_name = 'OS'
+  participations = ('with_replacement',)
+
+  def __init__(self, config, model, data):
+    super().__init__(config, model, data)
+    self.cohort_size = self.num_clients  # every client computes U_m
+
+  def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
+    del state, key
+    return jnp.arange(self.num_clients, dtype=jnp.int32)
+
+  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+                        client_ids: jax.Array) -> jax.Array:
+    """Placeholder 1: the coefficients ω/p follow from the updates."""
+    del state, rnd
+    return jnp.ones(client_ids.shape, jnp.float32)
+
+  def slot_weights(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> tuple[jax.Array, jax.Array]:
+    """Draws K slots from p ∝ ω‖U‖; weight n_m Z_m ω_m/p_m, copies n_m."""
+    squares = jax.tree.map(
+        lambda d: jnp.sum(jnp.square(d.reshape(d.shape[0], -1)), axis=1),
+        outputs.delta)
+    norms = jnp.sqrt(sum(jax.tree.leaves(squares)))
+    scores = self.omega * norms
+    total = jnp.sum(scores)
+    probs = jnp.where(total > 0, scores / jnp.where(total > 0, total, 1.0),
+                      self.omega)
+    draws = sampling.with_replacement(
+        round_stream_key(state, SELECTION_STREAM), probs, self.num_draws)
+    copies = jnp.zeros((self.num_clients,), jnp.float32).at[draws].add(1.0)
+    importance = jnp.where(probs > 0,
+                           self.omega / jnp.where(probs > 0, probs, 1.0), 0.0)
+    return copies * plans.extras['link_up'] * importance, copies
+
+  def expected_weights(self, state: ServerState,
+                       rnd: SystemsRound) -> jax.Array:
+    """ω_m (1 − q_m), whatever the norms (Eq. (25b))."""
+    del state
+    return self.omega * (1 - rnd.failure_prob)

@@ -1,0 +1,335 @@
+"""Federated methods on heterogeneous systems: the shared mechanism of the FedACS family.
+
+Every round the heterogeneity simulator (`fedjax_het.systems.heterogeneity`)
+gives each client m an upload failure probability q_m, local work T_m (hence
+local steps and the accumulation norm ‖a_m‖₁ of its solver) and a link
+outcome Z_m ~ Bernoulli(1 − q_m). A method is then two small pure functions,
+a sampling rule and an aggregation weighting, on one aggregation rule.
+
+Sampling (`fedacs.participation`, FedACS App. B.1):
+  with_replacement: K i.i.d. draws S_r from the method's probabilities p
+    (default p = ω; a client may be drawn several times and trains once per
+    draw, with its own minibatches);
+  uniform: K distinct clients uniformly (the US scheme, Eq. (19));
+  full: all M clients (Eq. (21)).
+
+Aggregation (Eq. (3) generalised): with c_k the method's coefficient of
+slot k,
+
+    X_{r+1} = X_r + (1/K) Σ_{k ∈ S_r} Z_{m_k} c_k U_{m_k},   U = −ηΔ,
+
+divided by the number of draws K, not by the number received (an empty
+receive set leaves X unchanged). The default coefficient is the importance
+weight c = ω_m/π_m with π_m = E[draws of m]/K (π = p with replacement, 1/M
+otherwise), which makes IS (p = ω, c = 1, Eq. (18)), US (c = Mω, Eq. (19)
+with |S_r| as in its derivation (24a), spec §6 #12) and full participation
+(Eq. (21)) one rule. In expectation each rule moves by Σ_m e_m U_m with
+e_m = π_m (1 − q_m) c_m (`expected_weights`), so plain FedAvg minimises the
+surrogate Σ Ω_m F_m with Ω_m ∝ ω_m (1 − q_m) ‖a_m‖₁ (Eq. (6)) instead of
+Σ ω_m F_m.
+
+The importance ω_m of client m is `aggregation_weights`: 'examples' (ω ∝
+examples held, the paper's DNN runs, spec §1.1) or 'uniform' (ω = 1/M, its
+toy problems). `client_sampling` is not used by this family.
+
+Step-length calibration (App. I.2, `fedacs.calibrate`): every round the
+client learning rate is set to η₁·`lr_scale` so that the method's expected
+step η_eff·T_eff equals FedAvg's with the configured lr η₁,
+η₁ Σ ω_m (1 − q_m)‖a_m‖₁ (Eq. (111)), computed from the round's q and T of
+all M clients (the server knows them, Alg. 1). ‖a‖₁ is taken at η₁, so with
+a proximal local solver the calibration is first-order in η.
+
+Local solvers: SGD, heavy-ball momentum (`client_momentum`) or FedProx's
+proximal SGD (`fedacs.prox_mu`); their ‖a‖₁ is in
+`fedjax_het.systems.local_work`.
+
+Each round logs, besides the train loss: `uploads` (updates received),
+`bytes_up` (uploads × model bytes: communication cost), `bytes_down`,
+`local_steps` (Σ local steps of the sampled clients, including those whose
+upload fails: the computation load) and `examples`; the trainer keeps their
+running totals (the cost to reach a target accuracy).
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from fedjax_het.algorithms.base import FederatedAlgorithm, payload_bytes
+from fedjax_het.core import aggregation, sampling
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
+    StepContext
+from fedjax_het.systems import heterogeneity, local_work
+
+PyTree = Any
+PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
+# Streams folded into the round key (fold_in(seed key, round)) for draws
+# beyond the base class's sampling and client keys.
+SYSTEMS_STREAM = 0x5e5
+SELECTION_STREAM = 0x5e1
+
+
+def round_stream_key(state: ServerState, stream: int) -> jax.Array:
+  """Key of one stream of round `state.round`'s random draws."""
+  round_key = jax.random.fold_in(state.key, state.round)
+  return jax.random.fold_in(round_key, stream)
+
+
+def fedavg_step_length(omega: jax.Array, q: jax.Array,
+                       a_norm: jax.Array) -> jax.Array:
+  """FedAvg's expected step per unit lr, η_eff·T_eff/η₁ = Σ ω(1 − q)‖a‖₁ (Eq. (111))."""
+  return jnp.sum(omega * (1 - q) * a_norm)
+
+
+def _extras(entries: dict) -> dict | None:
+  """Algorithm state as a dict, or None when the method keeps none."""
+  return entries or None
+
+
+class SystemsAwareAlgorithm(FederatedAlgorithm):
+  """Shared mechanism of the FedACS family; see the module docstring.
+
+  Subclasses override `sampling_probs` (the sampling rule),
+  `client_coefficients` or `slot_coefficients` (the aggregation weighting),
+  `lr_scale` (their calibration) and `expected_weights` (the E[update]
+  weights the sampling and weighting imply); stateful methods extend
+  `init_extras`, `pseudo_gradient` and `next_extras`.
+  """
+
+  name = 'systems_aware'
+  display_name = 'systems-aware'
+  # Participation schemes the method is defined for.
+  participations = PARTICIPATIONS
+  # Whether the method divides by the upload success probability 1 − q.
+  divides_by_success = False
+
+  def __init__(self, config: ml_collections.ConfigDict, model, data):
+    counts = np.asarray(data.counts)
+    num_clients = counts.shape[0]
+    self.heterogeneity = heterogeneity.Heterogeneity.from_config(
+        config.systems, client_counts=counts, batch_size=config.batch_size,
+        default_work=config.local_steps, seed=config.seed)
+    self.options = config.fedacs
+    self._check_options(config)
+    super().__init__(config, model, data)
+    self.full_participation = self.options.participation == 'full'
+    # K of rule (3): the number of draws (all M clients with full participation).
+    self.num_draws = num_clients if self.full_participation else int(
+        config.clients_per_round)
+    self.cohort_size = self.num_draws
+    if config.aggregation_weights == 'examples':
+      self.omega = self.client_counts / jnp.sum(self.client_counts)
+    else:
+      self.omega = jnp.full((num_clients,), 1 / num_clients, jnp.float32)
+
+  def _check_options(self, config: ml_collections.ConfigDict) -> None:
+    options = self.options
+    if options.participation not in self.participations:
+      raise ValueError(
+          f'{self.name} is defined for fedacs.participation in '
+          f'{", ".join(self.participations)}, got {options.participation!r}.')
+    if not options.prox_mu >= 0:
+      raise ValueError(
+          f'fedacs.prox_mu must be ≥ 0, got {options.prox_mu!r}.')
+    if config.client_weight_decay:
+      raise ValueError(
+          f'{self.name} needs the local solver\'s ‖a‖₁, which is defined for '
+          'SGD, momentum and fedacs.prox_mu but not client_weight_decay.')
+    local_work.accumulation_norm(1, config.client_lr,
+                                 momentum=config.client_momentum,
+                                 prox_mu=options.prox_mu)
+    if options.fedvarp_form not in ('paper', 'saga'):
+      raise ValueError('fedacs.fedvarp_form must be paper or saga, got '
+                       f'{options.fedvarp_form!r}.')
+    if isinstance(options.fedau_cutoff, bool) or not isinstance(
+        options.fedau_cutoff, int) or options.fedau_cutoff < 1:
+      raise ValueError('fedacs.fedau_cutoff must be a positive integer, got '
+                       f'{options.fedau_cutoff!r}.')
+    if self.divides_by_success:
+      _, q_max = self.heterogeneity.failure_prob_bounds()
+      if np.any(q_max >= 1):
+        m = int(np.argmax(q_max >= 1))
+        raise ValueError(
+            f'{self.name} divides by the upload success probability 1 − q, '
+            f'so every client needs q < 1, but client {m} can have q = 1.')
+
+  # ---- systems -------------------------------------------------------------
+  def max_local_steps(self) -> int:
+    return self.heterogeneity.max_steps()
+
+  def init_extras(self, params: PyTree) -> PyTree:
+    del params
+    links = self.heterogeneity.init_link_state()
+    return _extras({} if links is None else {'links': links})
+
+  def round_systems(self, state: ServerState) -> heterogeneity.SystemsRound:
+    """q, T, steps and link outcomes of all clients in round `state.round`.
+
+    A pure function of the state (key, round, Markov link states), so the
+    plan and aggregation phases of a round see the same draws.
+    """
+    links = state.extras['links'] if self.heterogeneity.model == 'markov' \
+        else None
+    return self.heterogeneity.draw(round_stream_key(state, SYSTEMS_STREAM),
+                                   state.round, links)
+
+  def work_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """‖a_m‖₁ of every client's local solver this round, at the lr η₁. [M]."""
+    return local_work.accumulation_norm(
+        rnd.steps, self.config.client_lr,
+        momentum=self.config.client_momentum, prox_mu=self.options.prox_mu)
+
+  # ---- the sampling rule ---------------------------------------------------
+  def sampling_probs(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """p of the K draws with replacement (IS: p = ω). float32 [M]."""
+    del rnd
+    return self.omega
+
+  def inclusion(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """π_m = E[number of draws of m]/K under the participation scheme. [M]."""
+    if self.options.participation == 'with_replacement':
+      return self.sampling_probs(rnd)
+    return jnp.full((self.num_clients,), 1 / self.num_clients, jnp.float32)
+
+  def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
+    if self.full_participation:
+      return jnp.arange(self.num_clients, dtype=jnp.int32)
+    if self.options.participation == 'uniform':
+      return sampling.uniform_without_replacement(key, self.num_clients,
+                                                  self.num_draws)
+    return sampling.with_replacement(
+        key, self.sampling_probs(self.round_systems(state)), self.num_draws)
+
+  # ---- the aggregation weighting -------------------------------------------
+  def client_coefficients(self, state: ServerState,
+                          rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """c_m of a slot holding client m: the importance weight ω_m/π_m. [M]."""
+    del state
+    return self.omega / self.inclusion(rnd)
+
+  def slot_coefficients(self, state: ServerState,
+                        rnd: heterogeneity.SystemsRound,
+                        client_ids: jax.Array) -> jax.Array:
+    """c_k of every slot of the cohort. float32 [C]."""
+    return self.client_coefficients(state, rnd)[client_ids]
+
+  def expected_weights(self, state: ServerState,
+                       rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """e [M] with E[(1/K) Σ_k Z_k c_k Δ_k] = Σ_m e_m Δ_m (fixed Δ_m).
+
+    e_m = π_m (1 − q_m) c_m; for a quadratic it fixes the iterate's
+    stationary mean (spec §2.7).
+    """
+    return (self.inclusion(rnd) * (1 - rnd.failure_prob) *
+            self.client_coefficients(state, rnd))
+
+  def lr_scale(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """η_method/η₁ of the step-length calibration (1: FedAvg, App. I.2)."""
+    del rnd
+    return jnp.ones((), jnp.float32)
+
+  def client_lr(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    lr = jnp.asarray(self.config.client_lr, jnp.float32)
+    return lr * self.lr_scale(rnd) if self.options.calibrate else lr
+
+  def plan_clients(self, state: ServerState, client_ids: jax.Array,
+                   keys: jax.Array) -> ClientPlan:
+    rnd = self.round_systems(state)
+    k = client_ids.shape[0]
+    link_up = rnd.link_up[client_ids].astype(jnp.float32)
+    coefficient = self.slot_coefficients(state, rnd, client_ids)
+    return ClientPlan(
+        client_id=client_ids,
+        key=keys,
+        num_steps=rnd.steps[client_ids],
+        lr=jnp.full((k,), self.client_lr(rnd), jnp.float32),
+        weight=link_up * coefficient,
+        segment=jnp.zeros((k,), jnp.int32),
+        extras={'link_up': link_up, 'coefficient': coefficient})
+
+  # ---- local objective -----------------------------------------------------
+  def data_loss(self, params: PyTree, x: jax.Array, y: jax.Array,
+                plan: ClientPlan, ctx: StepContext) -> jax.Array:
+    """F_m on a batch: the base class's cross-entropy (toy objectives override it)."""
+    return super().loss(params, x, y, plan, ctx)
+
+  def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
+           plan: ClientPlan, ctx: StepContext) -> jax.Array:
+    """The data loss plus FedProx's ½μ‖x − X‖² when `fedacs.prox_mu` > 0."""
+    loss = self.data_loss(params, x, y, plan, ctx)
+    mu = self.options.prox_mu
+    if not mu:
+      return loss
+    squares = jax.tree.map(lambda p, g: jnp.sum(jnp.square(p - g)), params,
+                           ctx.global_params)
+    return loss + 0.5 * mu * sum(jax.tree.leaves(squares))
+
+  # ---- aggregation ---------------------------------------------------------
+  def slot_weights(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> tuple[jax.Array, jax.Array]:
+    """(w [C], copies [C]): each computed slot's weight Z·c in rule (3) and
+    how many of the K draws it stands for (1 unless selection follows
+    training, as in OS)."""
+    del state, outputs
+    return plans.weight, jnp.ones_like(plans.weight)
+
+  def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
+    """Rule (3): Σ_k w_k Δ_k / K, the weighted mean times its total weight
+    over the K draws (not over the number of updates received)."""
+    return jax.tree.map(lambda m, c: m[0] * c[0] / self.num_draws, means,
+                        coverage)
+
+  def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
+                      outputs: ClientOutput) -> PyTree:
+    """(1/K) Σ_k w_k Δ_k, through the shared masked segment mean."""
+    weights, _ = self.slot_weights(state, plans, outputs)
+    means, coverage = aggregation.masked_segment_mean(
+        outputs.delta, weights, plans.segment, 1, plans.mask)
+    return self.combine_segments(means, coverage)
+
+  def next_extras(self, state: ServerState, plans: ClientPlan,
+                  outputs: ClientOutput) -> dict:
+    """Algorithm state after the round (Markov links: this round's Z)."""
+    del plans, outputs
+    if self.heterogeneity.model != 'markov':
+      return {}
+    return {'links': self.round_systems(state).link_up.astype(jnp.int32)}
+
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
+    pseudo_grad = self.pseudo_gradient(state, plans, outputs)
+    updates, opt_state = self.server_optimizer().update(
+        pseudo_grad, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return params, opt_state, _extras(self.next_extras(state, plans, outputs))
+
+  def round_metrics(self, state: ServerState, plans: ClientPlan,
+                    outputs: ClientOutput) -> dict[str, jax.Array]:
+    _, copies = self.slot_weights(state, plans, outputs)
+    uploads = copies * plans.extras['link_up']
+    model_bytes = payload_bytes(state.params)
+    return {
+        'train_loss': jnp.mean(outputs.loss),
+        'examples': jnp.sum(copies * outputs.num_examples),
+        'local_steps': jnp.sum(copies * plans.num_steps),
+        'uploads': jnp.sum(uploads),
+        'bytes_down': jnp.sum(copies) * model_bytes,
+        'bytes_up': jnp.sum(uploads) * model_bytes,
+    }
+
+
+class FedAvgHet(SystemsAwareAlgorithm):
+  """FedAvg on heterogeneous systems (FedACS App. B.1, Eqs. (18), (19), (21)).
+
+  Samples p = ω and aggregates the received updates with the importance
+  weight (1 with replacement), unaware of q and T, so it minimises the
+  surrogate Ω_m ∝ ω_m (1 − q_m)‖a_m‖₁: it is biased toward reliable,
+  hard-working clients (Example 1, Eq. (4)). With q ≡ 0 and equal T it is the
+  engine's FedAvg (with-replacement ∝ examples and uniform weights, or
+  uniform without replacement with ω = 1/M).
+  """
+
+  name = 'fedavg_het'
+  display_name = 'FedAvg'

@@ -1,0 +1,247 @@
+"""HIST and HFedAvg on the engine: identities, a per-cell reference loop, accounting, bad input."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_het import cli, models
+from fedjax_het.algorithms import ALGORITHMS, FedAvg
+from fedjax_het.core import batching
+from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.systems import partition_sizing
+from engine_utils import tiny_config, tiny_data
+
+
+def hierarchical(algorithm='hist', data=None, hidden=(7,), **hierarchy):
+  """(algorithm, initial state, data): 6 clients in cells of 2 and 4."""
+  config = tiny_config(algorithm=algorithm, clients_per_round=6,
+                       local_steps=2)
+  config.model_options.hidden = hidden
+  config.hierarchy.update(num_cells=2, cell_sizes=(2, 4), edge_rounds=2,
+                          beamformer_sca_steps=3, beamformer_inner_steps=20)
+  config.hierarchy.update(hierarchy)
+  data = data if data is not None else tiny_data()
+  model = models.create_model('mlp', 3, hidden=hidden)
+  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+  algorithm = ALGORITHMS[algorithm](config, model, data)
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
+
+
+def run(algorithm, state, data, rounds=2, backend='vmap'):
+  return RoundRunner(algorithm, backend).run(state, data, rounds)
+
+
+def test_hist_with_one_cell_equals_hfedavg():
+  results = []
+  for name in ('hist', 'hfedavg'):
+    algorithm, state, data = hierarchical(name, num_cells=1, cell_sizes=())
+    results.append(run(algorithm, state, data))
+  (hist, hist_metrics), (hfedavg, hfedavg_metrics) = results
+  chex.assert_trees_all_close(hist.params, hfedavg.params, atol=1e-6)
+  for key in ('bytes_up', 'mb_per_client', 'latency_s', 'train_loss'):
+    np.testing.assert_allclose(hist_metrics[key], hfedavg_metrics[key],
+                               rtol=1e-6)
+
+
+def test_hfedavg_with_one_cell_and_one_edge_round_equals_fedavg():
+  algorithm, state, data = hierarchical('hfedavg', num_cells=1, cell_sizes=(),
+                                        edge_rounds=1)
+  fedavg = FedAvg(algorithm.config, algorithm.model, data)
+  fedavg_state = fedavg.init(jax.tree.map(jnp.copy, state.params), state.key)
+  hfedavg, _ = run(algorithm, state, data, rounds=3)
+  expected, _ = run(fedavg, fedavg_state, data, rounds=3)
+  chex.assert_trees_all_close(hfedavg.params, expected.params, atol=2e-6)
+
+
+def reference_hierarchical_rounds(algorithm, state, data, rounds):
+  """Algorithm 1 as written: loops over rounds, cells, edge rounds, clients.
+
+  Plans (cells, keys, weights, this round's masks) come from the engine;
+  local SGD, edge averages (6) and the cloud (7) are recomputed here.
+  """
+  config = algorithm.config
+  x, y, counts = (np.asarray(a) for a in (data.x, data.y, data.counts))
+  model = algorithm.model
+
+  def loss(p, mask, xb, yb):
+    p = p if mask is None else jax.tree.map(lambda a, m: a * m, p, mask)
+    logits = model.apply({'params': p}, xb, train=True)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+  grad = jax.jit(jax.grad(loss))
+  bound = batching.epochs_per_batch(config.batch_size, int(counts.min()))
+  params = jax.tree.map(np.asarray, state.params)
+  for r in range(rounds):
+    plans = jax.device_get(algorithm.plan_round(
+        state.replace(round=jnp.int32(r)), data))
+    cells = []
+    for j in range(algorithm.num_segments):
+      members = np.flatnonzero(plans.segment == j)
+      mask = None if plans.mask is None else jax.tree.map(
+          lambda m, i=members[0]: m[i].astype(np.float32), plans.mask)
+      edge = params
+      for e in range(config.hierarchy.edge_rounds):
+        local_models, weights = [], []
+        for i in members:
+          client = plans.client_id[i]
+          key = plans.key[i] if e == 0 else jax.random.fold_in(plans.key[i], e)
+          local = edge
+          for s in range(config.local_steps):
+            rows = batching.batch_indices(
+                key, s, counts[client], batch_size=config.batch_size,
+                max_examples=x.shape[1], max_epochs_per_batch=bound)
+            g = grad(local, mask, x[client, rows], y[client, rows])
+            if mask is not None:
+              g = jax.tree.map(lambda a, m: a * m, g, mask)
+            local = jax.tree.map(lambda w, gw: w - config.client_lr * gw,
+                                 local, g)
+          local_models.append(local)
+          weights.append(plans.weight[i])
+        w = np.asarray(weights) / np.sum(weights)
+        average = jax.tree.map(
+            lambda *ms: sum(wi * np.asarray(m) for wi, m in zip(w, ms)),
+            *local_models)
+        edge = average if mask is None else jax.tree.map(
+            lambda a, old, m: np.where(m > 0, a, old), average, edge, mask)
+      cells.append((edge, mask))
+    # The cloud: each coordinate from the cells that hold it, equal weights.
+    held = [jax.tree.map(np.ones_like, params) if m is None else m
+            for _, m in cells]
+    weighted = [jax.tree.map(lambda p, h: np.asarray(p) * h, edge, h)
+                for (edge, _), h in zip(cells, held)]
+    total = jax.tree.map(lambda *hs: sum(hs), *held)
+    params = jax.tree.map(lambda t, *ws: sum(ws) / t, total, *weighted)
+  return params
+
+
+@pytest.mark.parametrize('name', ['hist', 'hfedavg'])
+def test_segment_sum_edge_aggregation_equals_a_per_cell_loop(name):
+  algorithm, state, data = hierarchical(name)
+  expected = reference_hierarchical_rounds(algorithm, state, data, rounds=2)
+  state, _ = run(algorithm, state, data)
+  chex.assert_trees_all_close(state.params, expected, atol=2e-5)
+
+
+def test_backends_agree_with_aircomp_edge_aggregation():
+  results = []
+  for backend in ('vmap', 'map', 'sequential'):
+    algorithm, state, data = hierarchical(
+        'hist', edge_channel='aircomp', snr_db_slow=0.0, snr_db_fast=10.0)
+    results.append(run(algorithm, state, data, backend=backend))
+  for params, metrics in results[1:]:
+    chex.assert_trees_all_close(params.params, results[0][0].params,
+                                atol=1e-5)
+    for key in ('aircomp_mse', 'latency_s', 'beamformer_gain'):
+      np.testing.assert_allclose(metrics[key], results[0][1][key], rtol=1e-5)
+  metrics = results[0][1]
+  assert np.all(metrics['beamformer_gain'] >= metrics['beamformer_initial_gain'])
+  # The latency of an AirComp round does not grow with the cell's size.
+  assert np.all(metrics['aircomp_mse'] > 0)
+
+
+def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
+  oma, air_off, air_on = (
+      run(*hierarchical('hist', **kw))[0].params for kw in (
+          {}, {'edge_channel': 'aircomp', 'aircomp_noise': 'none'},
+          {'edge_channel': 'aircomp', 'snr_db_slow': -10.0,
+           'snr_db_fast': -10.0}))
+  chex.assert_trees_all_close(air_off, oma, atol=1e-5)
+  assert not np.allclose(air_on['fc1']['kernel'], oma['fc1']['kernel'],
+                         atol=1e-3)
+
+
+def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
+  uniform, state, data = hierarchical('hist', hidden=(24,))
+  optimized, optimized_state, _ = hierarchical(
+      'hist', data=data, hidden=(24,), partition_sizes='optimized')
+  plan = optimized.plan_round(optimized_state, data)
+  plans = [uniform.plan_round(state.replace(round=jnp.int32(r)), data)
+           for r in range(3)]
+  owners = [np.asarray(p.mask['fc1']['bias'][0]) for p in plans]  # cell 0
+  assert not np.array_equal(owners[0], owners[1])
+  for plan in plans:  # client 0 in cell 0 and client 2 in cell 1: disjoint
+    both = plan.mask['fc1']['bias'][0].astype(int) + plan.mask['fc1'][
+        'bias'][2].astype(int)
+    np.testing.assert_array_equal(both, 1)
+  _, uniform_metrics = run(uniform, state, data, rounds=3)
+  _, optimized_metrics = run(optimized, optimized_state, data, rounds=3)
+  # Same F_i, R_i draws: the min-max sizes never do worse, here better.
+  assert np.all(optimized_metrics['latency_s'] <=
+                uniform_metrics['latency_s'] * (1 + 1e-6))
+  assert np.sum(optimized_metrics['latency_s']) < 0.97 * np.sum(
+      uniform_metrics['latency_s'])
+  # The realised masks have the optimiser's sizes.
+  cells = np.asarray(plan.mask['fc1']['bias'])[[0, 2]].sum(axis=1)
+  group = optimized.layout.groups[0]
+  from fedjax_het.systems import latency  # pylint: disable=g-import-not-at-top
+  cost = latency.edge_round_latency(
+      'oma', jnp.ones(6), optimized.total_params, plan.num_steps,
+      plan.extras['cpu_hz'], plan.extras['rate_bps'], plan.segment, 2,
+      optimized.hierarchy.system)
+  np.testing.assert_array_equal(cells, partition_sizing.optimal_unit_counts(
+      cost, num_units=24, unit_params=group.unit_params,
+      shared_params=optimized.layout.shared_params, max_units=18))
+
+
+def test_round_metrics_count_bytes_per_client_and_oma_latency():
+  algorithm, state, data = hierarchical('hfedavg', edge_rounds=3)
+  plan = jax.device_get(algorithm.plan_round(state, data))
+  _, metrics = run(algorithm, state, data, rounds=1)
+  d = algorithm.total_params
+  np.testing.assert_allclose(metrics['mb_per_client'], 3 * 4 * d / 2**20)
+  np.testing.assert_allclose(metrics['bytes_up'], 3 * 6 * 4 * d)
+  # Eq. (17)-(18) by hand: cells of 2 and 4 clients, TDMA uploads in turn.
+  n_j = np.where(plan.segment == 0, 2, 4)
+  per_client = (2 * 1e6 / plan.extras['cpu_hz'] +
+                n_j * 32 * d / plan.extras['rate_bps'])
+  np.testing.assert_allclose(metrics['latency_s'][0],
+                             3 * per_client.max(), rtol=1e-5)
+  hist, state, data = hierarchical('hist', edge_rounds=3)
+  _, hist_metrics = run(hist, state, data, rounds=1)
+  # K = 7 neurons split 3/4, each with 5 + 1 + 3 parameters; 3 biases shared.
+  owned = np.where(plan.segment == 0, 3, 4) * 9 + 3
+  np.testing.assert_allclose(hist_metrics['bytes_up'], 3 * 4 * owned.sum())
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'num_cells': 8, 'cell_sizes': ()}, 'cannot split 7 hidden neurons'),
+    ({'cell_sizes': (6, 0)}, 'every cell needs at least one client'),
+    ({'cell_sizes': (2, 3)}, 'add up to 5, not num_clients=6'),
+    ({'aircomp_power': 0.0}, 'aircomp_power must be positive'),
+    ({'snr_db_fast': float('inf')}, 'snr_db_fast must be a finite number'),
+    ({'edge_channel': 'wifi'}, 'edge_channel must be one of oma, aircomp'),
+    ({'partition_sizes': 'given', 'given_sizes': (3, 3)},
+     'summing to the 7 hidden neurons'),
+    ({'partition_sizes': 'optimized', 'max_size_ratio': 0.5},
+     'raise max_size_ratio'),
+])
+def test_bad_hierarchies_fail_clearly(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    hierarchical('hist', **overrides)
+
+
+def test_trainer_reports_mb_and_latency_to_target_and_rejects_bad_input(
+    tmp_path, capsys):
+  argv = ['--config.algorithm=hist', '--config.num_clients=8',
+          '--config.clients_per_round=8', '--config.local_steps=2',
+          '--config.batch_size=8', '--config.model_options.hidden=(16,)',
+          '--config.rounds=2', '--config.eval_every=1',
+          '--config.checkpoint_every=2', '--config.progress=False',
+          '--config.target_accuracy=0.01', '--config.hierarchy.num_cells=2',
+          '--config.hierarchy.edge_rounds=2']
+  config, _ = cli.resolve(argv)
+  from fedjax_het import run as trainer  # pylint: disable=g-import-not-at-top
+  summary = trainer.train(config, str(tmp_path / 'ok'))
+  reached = summary['to_target']
+  assert reached['round'] == 1
+  # 2 edge rounds × a half model (8 of 16 neurons + 10 shared biases).
+  per_client = 2 * 4 * (8 * (64 + 1 + 10) + 10) / 2**20
+  assert reached['mb_per_client'] == pytest.approx(per_client)
+  assert 0 < reached['latency_s'] < summary['totals']['latency_s']
+  code = cli.main(argv + ['--config.clients_per_round=4',
+                          f'--workdir={tmp_path / "bad"}'])
+  assert code == 2
+  assert 'clients_per_round (4) must equal num_clients (8)' in (
+      capsys.readouterr().err)
