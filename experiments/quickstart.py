@@ -1,6 +1,6 @@
 """Quickstart: FedAvg on scikit-learn's digits with Dirichlet non-IID clients.
 
-Command:   fedjax-het            (or: fedjax-het --config experiments/quickstart.py)
+Command:   fedjax-het --config experiments/quickstart.py
 Expected:  about a minute on 2 CPU cores, final test accuracy ≥ 0.92.
 
 100 clients hold the 1437 training digits split by Dirichlet(0.5) over labels;

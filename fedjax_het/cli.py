@@ -1,6 +1,7 @@
 """Command line: `fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]`.
 
-With no arguments it runs `experiments/quickstart.py`. Overrides are Python
+With no arguments it runs `experiments/demo.py`, the heterogeneous demo (a
+comparison: a file defining `get_configs()`, see `fedjax_het.compare`). Overrides are Python
 literals (`--config.capacities='(0.25, 1.0)'`, `--config.rounds=50`); a value
 that is not a literal is taken as a string (`--config.dataset=mnist`).
 Bad input ends with one line on stderr and a non-zero exit, no traceback.
@@ -15,27 +16,37 @@ import ml_collections
 from fedjax_het.config import OPEN_DICTS, ConfigError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'quickstart.py')
+DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'demo.py')
 
 USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]
 
-  --config PATH        experiment file defining get_config()
-                       (default: experiments/quickstart.py)
+  --config PATH        experiment file defining get_config(), or get_configs()
+                       for a comparison (default: experiments/demo.py)
   --workdir DIR        where outputs and checkpoints go (default: runs/<config name>);
                        re-running on the same workdir resumes
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
 """
 
 
-def load_config(path: str) -> ml_collections.ConfigDict:
-  """Imports an experiment file and returns its `get_config()`."""
+def load_experiment(path: str):
+  """Imports an experiment file (it defines get_config() or get_configs())."""
   if not os.path.isfile(path):
     raise ConfigError(f'config file {path!r} does not exist.')
   spec = importlib.util.spec_from_file_location('fedjax_het_experiment', path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  if not hasattr(module, 'get_config') and not hasattr(module, 'get_configs'):
+    raise ConfigError(
+        f'config file {path!r} defines neither get_config() nor get_configs().')
+  return module
+
+
+def load_config(path: str) -> ml_collections.ConfigDict:
+  """Imports an experiment file and returns its `get_config()`."""
+  module = load_experiment(path)
   if not hasattr(module, 'get_config'):
-    raise ConfigError(f'config file {path!r} defines no get_config().')
+    raise ConfigError(f'config file {path!r} is a comparison (get_configs()); '
+                      'run it with fedjax-het --config.')
   return module.get_config()
 
 
@@ -98,16 +109,21 @@ def parse_args(argv: list[str]) -> tuple[str, str | None, list[tuple[str, str]]]
   return config_path, workdir, overrides
 
 
+def _default_workdir(config_path: str) -> str:
+  return os.path.join('runs', os.path.splitext(os.path.basename(config_path))[0])
+
+
+def _overridden(config, overrides):
+  for key, raw in overrides:
+    apply_override(config, key, parse_value(raw))
+  return config
+
+
 def resolve(argv: list[str]) -> tuple[ml_collections.ConfigDict, str]:
   """The config (with overrides applied) and workdir named by `argv`."""
   config_path, workdir, overrides = parse_args(argv)
-  config = load_config(config_path)
-  for key, raw in overrides:
-    apply_override(config, key, parse_value(raw))
-  if workdir is None:
-    name = os.path.splitext(os.path.basename(config_path))[0]
-    workdir = os.path.join('runs', name)
-  return config, workdir
+  config = _overridden(load_config(config_path), overrides)
+  return config, workdir or _default_workdir(config_path)
 
 
 def _print_summary(summary: dict, workdir: str) -> None:
@@ -123,12 +139,23 @@ def _print_summary(summary: dict, workdir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-  from fedjax_het import checkpoint, run  # pylint: disable=g-import-not-at-top
+  from fedjax_het import checkpoint, compare, run  # pylint: disable=g-import-not-at-top
   from fedjax_het.core.backends import ClientError  # pylint: disable=g-import-not-at-top
   argv = sys.argv[1:] if argv is None else argv
   try:
-    config, workdir = resolve(argv)
-    summary = run.train(config, workdir)
+    config_path, workdir, overrides = parse_args(argv)
+    workdir = workdir or _default_workdir(config_path)
+    module = load_experiment(config_path)
+    if hasattr(module, 'get_configs'):
+      configs = {label: _overridden(c, overrides)
+                 for label, c in module.get_configs().items()}
+      print(compare.run_comparison(
+          configs, workdir, run.train,
+          getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
+          getattr(module, 'TITLE', '')))
+      print(f'outputs: {workdir}')
+      return 0
+    summary = run.train(_overridden(module.get_config(), overrides), workdir)
   except ConfigError as e:
     print(f'fedjax-het: error: {e}', file=sys.stderr)
     return 2

@@ -12,7 +12,8 @@ import pytest
 from fedjax_het import cli, run
 from fedjax_het.config import base_config
 
-QUICK = ['--config.num_clients=20', '--config.clients_per_round=5',
+QUICKSTART = os.path.join(os.path.dirname(cli.DEFAULT_CONFIG), 'quickstart.py')
+QUICK = ['--config', QUICKSTART, '--config.num_clients=20', '--config.clients_per_round=5',
          '--config.local_steps=2', '--config.batch_size=8',
          '--config.model_options.hidden=(16,)', '--config.eval_every=2',
          '--config.checkpoint_every=2', '--config.rounds_per_call=2',
@@ -132,7 +133,8 @@ def test_an_unreadable_checkpoint_is_reported_not_skipped(tmp_path, capsys):
 
 
 def test_overrides_are_python_literals():
-  config, workdir = cli.resolve(['--config.capacities=(0.25, 1.0)',
+  config, workdir = cli.resolve(['--config', QUICKSTART,
+                                 '--config.capacities=(0.25, 1.0)',
                                  '--config.dataset=synthetic',
                                  '--config.client_lr=1', '--config.rounds', '7'])
   assert config.capacities == (0.25, 1.0)

@@ -1,6 +1,7 @@
 """ScaleFL: the depth/width rule, depth masks, the multi-exit loss, the engine."""
 import json
 import math
+import os
 
 import flax
 import jax
@@ -14,7 +15,7 @@ from fedjax_het.config import base_config
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.data import FederatedData
 from fedjax_het.submodel import width
-from engine_utils import tiny_config, tiny_data, tiny_fedavg
+from engine_utils import tiny_config, tiny_data
 
 # Tiny MLP 5-8-8-8-3 with exits: depth 1 holds 75 of 273 params, depth 2 174.
 HIDDEN = (8, 8, 8)
@@ -126,48 +127,51 @@ def test_cifar100_exits_push_depth_three_just_below_full_width():
 
 
 # ---- masks -------------------------------------------------------------------
-def lenet_scalefl(levels=(0.1, 0.4, 1.0)):
-  config = tiny_config(algorithm='scalefl', capacities=levels)
+@pytest.fixture(scope='module')
+def lenet():
+  """ScaleFL on LeNet-5 with exits, 8x8 digits: levels at depths 2, 3, 4."""
+  config = tiny_config(algorithm='scalefl', capacities=(0.1, 0.4, 1.0))
   config.model, config.model_options = 'lenet5', {'exits': True}
   data = FederatedData(x=np.zeros((6, 1, 8, 8, 1), np.float32),
                        y=np.zeros((6, 1), np.int32),
                        counts=np.ones(6, np.int32))
   model = models.create_model('lenet5', 10, exits=True)
-  return algorithms.ScaleFL(config, model, data)
+  return algorithms.ScaleFL(config, ShapesOnly(model), data)
 
 
-def test_trunk_is_sliced_as_in_the_model_without_exits():
-  algorithm = lenet_scalefl()
-  trunk = width.channel_layout(algorithm.model.clone(exits=False), (8, 8, 1))
+def test_trunk_is_sliced_as_in_the_model_without_exits(lenet):
+  trunk = width.channel_layout(
+      ShapesOnly(models.create_model('lenet5', 10)), (8, 8, 1))
   for name in trunk:
-    assert algorithm.layout[name] == trunk[name], name
+    assert lenet.layout[name] == trunk[name], name
   # fc1 reads conv2's 16 channels flattened over 2x2 positions, not 'classes'.
-  assert algorithm.layout['fc1']['kernel'].axes[0] == width.Axis('flat', 64, 16)
-  assert algorithm.layout['exit2']['kernel'].axes[1] == width.Axis('full', 10)
+  assert lenet.layout['fc1']['kernel'].axes[0] == width.Axis('flat', 64, 16)
+  assert lenet.layout['exit2']['kernel'].axes[1] == width.Axis('full', 10)
 
 
-def test_masks_are_width_windows_of_the_stages_up_to_the_depth():
-  algorithm = lenet_scalefl()
+def test_masks_are_width_windows_of_the_stages_up_to_the_depth(lenet):
   depth_of = {'conv1': 1, 'exit1': 1, 'conv2': 2, 'exit2': 2, 'fc1': 3,
               'exit3': 3, 'fc2': 4, 'head': 4}
-  assert algorithm.depths.tolist() == [2, 3, 4]
-  rates = algorithm.rates.tolist()
+  assert lenet.depths.tolist() == [2, 3, 4]
+  rates = lenet.rates.tolist()  # float32, as the training plans use them
   assert rates[0] < 1 and rates[1] < 1 and rates[2] == 1
-  total = sum(x.size for x in jax.tree.leaves(algorithm.template))
+  total = sum(x.size for x in jax.tree.leaves(lenet.template))
+  eval_mask = jax.jit(lambda gamma: lenet.eval_mask(None, gamma),
+                      static_argnums=0)  # the mask needs no parameter values
+  windows = jax.jit(lambda r: width.width_mask(lenet.layout, r))
   masks = []
-  for gamma, depth, rate in zip(algorithm.levels, algorithm.depths.tolist(),
-                                rates):
-    mask = algorithm.eval_mask(algorithm.template, gamma)
-    window = width.width_mask(algorithm.layout, rate)
+  for gamma, depth, rate in zip(lenet.levels, lenet.depths.tolist(), rates):
+    mask = eval_mask(gamma)
+    window = windows(rate)
     for name, leaves in mask.items():
       for leaf, keep in zip(jax.tree.leaves(leaves),
                             jax.tree.leaves(window[name])):
         expected = keep if depth_of[name] <= depth else np.zeros_like(keep)
         np.testing.assert_array_equal(leaf, np.broadcast_to(expected,
-                                                             leaf.shape))
+                                                            leaf.shape))
     held = sum(int(np.sum(m)) for m in jax.tree.leaves(mask))
     assert held / total <= gamma
-    assert held / total == pytest.approx(held_fraction(algorithm, depth, rate))
+    assert held / total == pytest.approx(held_fraction(lenet, depth, rate))
     masks.append(mask)
   # Rising depth and width: each level's submodel lies inside the next one.
   for small, large in zip(masks, masks[1:]):
@@ -175,24 +179,46 @@ def test_masks_are_width_windows_of_the_stages_up_to_the_depth():
       assert np.all(np.asarray(a) <= np.asarray(b))
 
 
-def test_excluded_stages_get_exactly_zero_delta_and_stay_put():
-  algorithm, state, data = make(levels=(0.25, 0.6))  # depths 1 and 2 of 3
-  assert algorithm.depths.tolist() == [1, 2]
-  plans = algorithm.plan_round(state, data)
-  outputs = jax.vmap(algorithm.client_update, in_axes=(None, 0, None))(
-      state.params, plans, data)
+# ---- the tiny MLP: depths 1, 2, 3 --------------------------------------------
+@pytest.fixture(scope='module')
+def tiny():
+  """ScaleFL on the 5-8-8-8-3 MLP: KD (g = 0.3, T = 2.5) on from round 2."""
+  algorithm, state, data = make(rounds=4, submodel={
+      'scaler': False, 'scalefl_kd_weight': 0.3, 'scalefl_temperature': 2.5})
+  assert algorithm.depths.tolist() == [1, 2, 3]
+  return algorithm, state, data
+
+
+def one_round_of(algorithm, state, data, client_ids):
+  """Plans, client outputs and the next state of a round with a fixed cohort."""
+
+  @jax.jit
+  def round_(state):
+    keys = jax.random.split(state.key, len(client_ids))
+    plans = algorithm.plan_clients(state, jnp.asarray(client_ids), keys)
+    outputs = jax.vmap(algorithm.client_update, in_axes=(None, 0, None))(
+        state.params, plans, data)
+    return plans, outputs, algorithm.finish_round(state, plans, outputs)[0]
+
+  return round_(state)
+
+
+def test_excluded_stages_get_exactly_zero_delta_and_stay_put(tiny):
+  algorithm, state, data = tiny
+  # Clients 0–3 hold levels 0, 0, 1, 1 (depths 1, 1, 2, 2); nobody depth 3.
+  plans, outputs, new_state = one_round_of(algorithm, state, data, [0, 1, 2, 3])
+  assert plans.extras['depth'].tolist() == [1, 1, 2, 2]
   depth_of = {'fc1': 1, 'exit1': 1, 'fc2': 2, 'exit2': 2, 'fc3': 3, 'head': 3}
   for slot, depth in enumerate(plans.extras['depth'].tolist()):
     for name, leaves in outputs.delta.items():
       moved = any(np.any(np.asarray(d[slot]) != 0)
                   for d in jax.tree.leaves(leaves))
       assert moved == (depth_of[name] <= depth), (slot, name)
-  new_state, _ = algorithm.finish_round(state, plans, outputs)
-  for name in ('fc3', 'head'):  # no client holds stage 3: unchanged, exactly
+  for name in ('fc3', 'head'):  # held by no client: unchanged, exactly
     jax.tree.map(np.testing.assert_array_equal, new_state.params[name],
                  state.params[name])
-  assert not np.allclose(new_state.params['fc1']['kernel'],
-                         state.params['fc1']['kernel'])
+  assert not np.allclose(new_state.params['fc2']['kernel'],
+                         state.params['fc2']['kernel'])
 
 
 # ---- the local objective -----------------------------------------------------
@@ -225,86 +251,57 @@ def reference_loss(params, mask, x, y, depth, g, temperature):
   return total / (depth * (depth + 1) / 2)
 
 
-@pytest.mark.parametrize('kd_weight', [0.0, 0.3])
-def test_loss_equals_the_hand_written_reference(kd_weight):
-  algorithm, state, data = make(
-      levels=(0.6, 1.0), submodel={'scaler': False,
-                                   'scalefl_kd_weight': kd_weight,
-                                   'scalefl_temperature': 2.5})
+def test_loss_equals_the_hand_written_reference(tiny):
+  algorithm, state, data = tiny
   x, y = data.x[0, :8], data.y[0, :8]
-  state = state.replace(round=jnp.asarray(algorithm.config.rounds, jnp.int32))
-  plans = algorithm.plan_clients(state, jnp.asarray([0, 5]),  # levels 0, 1
-                                 jax.random.split(state.key, 2))
-  for slot in (0, 1):
-    plan = jax.tree.map(lambda a, i=slot: a[i], plans)
-    depth = int(plan.extras['depth'])
-    assert float(plan.extras['kd_weight']) == kd_weight
-    got = algorithm.loss(state.params, x, y, plan, None)
-    want = reference_loss(state.params, plan.mask, x, y, depth, kd_weight, 2.5)
-    np.testing.assert_allclose(got, want, rtol=2e-6)
-  assert algorithm.depths.tolist() == [2, 3]
+  loss = jax.jit(algorithm.loss)
+  for round_index, g in [(0, 0.0), (2, 0.3)]:  # KD off, then on
+    at = state.replace(round=jnp.asarray(round_index, jnp.int32))
+    plans = algorithm.plan_clients(at, jnp.asarray([0, 2, 4]),  # levels 0–2
+                                   jax.random.split(state.key, 3))
+    for slot, depth in enumerate([1, 2, 3]):
+      plan = jax.tree.map(lambda a, i=slot: a[i], plans)
+      assert int(plan.extras['depth']) == depth
+      np.testing.assert_allclose(plan.extras['kd_weight'], g)
+      want = reference_loss(state.params, plan.mask, x, y, depth, g, 2.5)
+      np.testing.assert_allclose(loss(state.params, x, y, plan, None), want,
+                                 rtol=2e-6)
 
 
-def test_the_teacher_gets_no_distillation_gradient():
+def test_the_teacher_gets_no_distillation_gradient(tiny):
   """Exit s is held constant in the KD terms: the head's gradient is w_s·∇CE_s."""
-  algorithm, state, data = make(levels=(1.0,), submodel={
-      'scalefl_kd_weight': 0.5})
-  state = state.replace(round=jnp.asarray(algorithm.config.rounds, jnp.int32))
+  algorithm, state, data = tiny
+  state = state.replace(round=jnp.asarray(3, jnp.int32))  # KD on
   plan = jax.tree.map(lambda a: a[0], algorithm.plan_clients(
-      state, jnp.asarray([0]), state.key[None]))
+      state, jnp.asarray([5]), state.key[None]))  # depth 3, full width
   x, y = data.x[0], data.y[0]
-  head_grad = jax.grad(algorithm.loss)(state.params, x, y, plan, None)['head']
+  head_grad = jax.jit(jax.grad(algorithm.loss))(state.params, x, y, plan,
+                                                None)['head']
 
   def deepest_ce(params):
     logits = algorithm.model.apply({'params': params}, x)[-1]
     return 3 / 6 * -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(9), y])
 
-  expected = jax.grad(deepest_ce)(state.params)['head']
+  expected = jax.jit(jax.grad(deepest_ce))(state.params)['head']
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
                                                        atol=1e-7),
                head_grad, expected)
 
 
-def test_distillation_switches_on_after_the_start_fraction_of_rounds():
-  algorithm, state, _ = make(rounds=8, submodel={'scalefl_kd_weight': 0.2})
+def test_distillation_switches_on_after_the_start_fraction_of_rounds(tiny):
+  algorithm, state, _ = tiny  # rounds = 4, KD from round index > 0.25·4
   levels = jnp.asarray([0, 1, 2])
-  for round_index, on in [(0, False), (2, False), (3, True), (7, True)]:
+  for round_index, on in [(0, False), (1, False), (2, True), (3, True)]:
     at = state.replace(round=jnp.asarray(round_index, jnp.int32))
     _, extras = algorithm.level_plan(at, levels)
-    np.testing.assert_array_equal(extras['kd_weight'], 0.2 if on else 0.0)
+    np.testing.assert_array_equal(extras['kd_weight'],
+                                  np.float32(0.3 if on else 0.0))
 
 
-def test_one_exit_at_full_capacity_is_fedavg():
-  config = tiny_config(aggregation_weights='uniform')
-  config.model_options.hidden = (12,)
-  fedavg, state, data = tiny_fedavg(config)
-  scalefl, _, _ = make(levels=(1.0,), hidden=(12,),
-                       submodel={'scalefl_kd_weight': 0.5})
-  scalefl_state = jax.tree.map(jnp.copy, scalefl.init(state.params, state.key))
-  expected, _ = RoundRunner(fedavg, 'vmap').run(state, data, 3)  # donates
-  got, _ = RoundRunner(scalefl, 'vmap').run(scalefl_state, data, 3)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6,
-                                                       atol=1e-7),
-               got.params, expected.params)
-
-
-# ---- engine, evaluation, trainer ---------------------------------------------
-def test_every_backend_gives_the_same_rounds():
-  results = []
-  for backend, chunk in [('vmap', None), ('map', 2), ('sequential', None)]:
-    algorithm, state, data = make(rounds=4)  # KD on from round 2
-    state, metrics = RoundRunner(algorithm, backend, chunk).run(state, data, 3)
-    results.append((state.params, metrics['train_loss']))
-  for params, loss in results[1:]:
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6),
-                 params, results[0][0])
-    np.testing.assert_allclose(loss, results[0][1], rtol=1e-5)
-
-
-def test_evaluation_reads_the_exit_of_the_capacity():
-  algorithm, state, data = make()
+def test_evaluation_reads_the_exit_of_the_capacity(tiny):
+  algorithm, state, data = tiny
   x = data.x[0]
-  for gamma in (*LEVELS, 0.1):  # 0.1: an unparticipated size
+  for gamma in (*LEVELS, 0.1):  # 0.1: an unparticipated size, depth 1
     depth, _ = algorithm.submodel_shape(gamma)
     submodel = algorithm.eval_params(state.params, gamma)
     logits = algorithm.model.apply({'params': submodel['params']}, x)
@@ -313,8 +310,26 @@ def test_evaluation_reads_the_exit_of_the_capacity():
   assert algorithm.submodel_shape(0.1)[0] == 1
 
 
+# ---- engine and trainer ------------------------------------------------------
+def test_every_backend_gives_the_same_rounds():
+  results = []
+  for backend, chunk in [('vmap', None), ('map', 2), ('sequential', None)]:
+    algorithm, state, data = make(rounds=2)  # KD on in round 1
+    state, metrics = RoundRunner(algorithm, backend, chunk).run(state, data, 2)
+    results.append((state.params, metrics['train_loss']))
+  for params, loss in results[1:]:
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6),
+                 params, results[0][0])
+    np.testing.assert_allclose(loss, results[0][1], rtol=1e-5)
+
+
+QUICKSTART = os.path.join(os.path.dirname(__file__), os.pardir, 'experiments',
+                          'quickstart.py')
+
+
 def test_trainer_runs_scalefl_from_the_command_line(tmp_path):
-  args = ['--config.algorithm=scalefl', '--config.num_clients=30',
+  args = ['--config', QUICKSTART, '--config.algorithm=scalefl',
+          '--config.num_clients=30', '--config.rounds_per_call=10',
           '--config.model_options.hidden=(32, 32)',
           '--config.model_options.exits=True',
           "--config.capacities=(0.25, 0.5, 1.0)", '--config.local_test=True',
@@ -343,6 +358,6 @@ def test_bad_setups_fail_clearly(tmp_path, capsys):
                      ('scalefl_kd_start', -0.1)]:
     with pytest.raises(ValueError, match=f'submodel.{key} must'):
       make(submodel={key: value})
-  assert cli.main(['--config.algorithm=scalefl', '--config.rounds=1',
+  assert cli.main(['--config', QUICKSTART, '--config.algorithm=scalefl',
                    '--config.progress=False', f'--workdir={tmp_path}']) == 2
   assert 'model_options.exits=True' in capsys.readouterr().err

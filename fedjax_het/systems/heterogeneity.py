@@ -76,7 +76,7 @@ def _check_probabilities(name: str, p: np.ndarray) -> None:
   bad = p[~((p >= 0) & (p <= 1))]
   if bad.size:
     raise ValueError(f'systems.{name} must be probabilities in [0, 1], got '
-                     f'{bad[0]!r}.')
+                     f'{float(bad[0])!r}.')
 
 
 def _check_work(name: str, work: np.ndarray) -> np.ndarray:

@@ -1,0 +1,389 @@
+"""FedACS and its baselines: fixed points, one-round expectations, FedAvg limits, bad input.
+
+Expected values are the spec's formulas (specs/fedacs.md §2-3), written out
+here independently of the methods' own `expected_weights`.
+"""
+import importlib.util
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import algorithms, cli, models, run
+from fedjax_het.algorithms import FEDACS_FAMILY
+from fedjax_het.algorithms.systems_aware import FedAvgHet
+from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.systems import quadratic
+from engine_utils import tiny_config, tiny_data, tiny_fedavg
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def toy(**overrides):
+  config = quadratic.default_config()
+  config.update(overrides)
+  return config
+
+
+def toy_arrays(config):
+  e = np.asarray(config.optima, np.float64)
+  q = np.asarray(config.q, np.float64)
+  t = np.asarray(config.local_steps, np.float64)
+  return e, q, t, np.full(e.shape, 1 / e.size)
+
+
+def spec_lr(method, config):
+  """App. I.2: η₂ (FedACS), η₃ = η₄ (c-a-FedAvg, FedVarp), else η₁."""
+  _, q, t, w = toy_arrays(config)
+  eta1 = config.client_lr
+  if not config.calibrate:
+    return eta1
+  step = np.sum(w * (1 - q) * t)  # Eq. (111)
+  if method == 'fedacs':
+    return eta1 * step * np.sum(w / ((1 - q) * t))  # Eq. (112)
+  if method in ('ca_fedavg', 'fedvarp'):
+    return eta1 * step / np.sum(w * t)  # Eq. (113d)
+  return eta1
+
+
+def spec_weights(method, config):
+  """e_m of E[update] = Σ e_m U_m (Eqs. (16), (23c), (25b), (113), (116))."""
+  _, q, t, w = toy_arrays(config)
+  if method == 'fedacs':
+    p = (w / ((1 - q) * t)) / np.sum(w / ((1 - q) * t))  # Eq. (15)
+    return p * (1 - q)
+  if method in ('ca_fedavg', 'fedvarp', 'fedau'):
+    return w
+  if method == 'fednova':
+    tau = np.sum(w * (1 - q) * t) / np.sum(w * (1 - q))
+    return w * (1 - q) * tau / t
+  return w * (1 - q)  # FedAvg (IS, US, full), OS
+
+
+def test_time_averaged_iterate_settles_at_each_methods_fixed_point():
+  config = toy()
+  summary = quadratic.run(config)
+  e, q, t, _ = toy_arrays(config)
+  eta = config.client_lr
+  true_optimum = e.mean()
+  for method in FEDACS_FAMILY:
+    row = summary[method]
+    w = spec_weights(method, config) * (1 - (1 - eta)**t)  # spec §2.7
+    np.testing.assert_allclose(row['analytic_fixed_point'], w @ e / w.sum(),
+                               rtol=1e-6)
+    assert row['true_optimum'] == true_optimum
+    # Noise of the time average is ≈ 0.05 (FedACS, across seeds); the fixed
+    # points of different rules are ≥ 0.3 apart.
+    assert abs(row['time_avg_iterate'] - row['analytic_fixed_point']) < 0.15
+  # FedAvg leans toward the reliable, hard-working clients (large E_m here).
+  assert summary['fedavg_het']['analytic_fixed_point'] > true_optimum + 1.5
+  # FedACS lands on X* up to O(ηT): its weights are (1 − (1 − η)^T)/(ηT)
+  # ∈ [1 − ηT/2, 1].
+  fedacs = summary['fedacs']
+  bound = eta * t.max() / 2 * np.abs(e - true_optimum).max()
+  assert abs(fedacs['analytic_fixed_point'] - true_optimum) < bound
+  assert abs(fedacs['time_avg_iterate'] - true_optimum) < 0.15
+  # The paper's ranking of distances to X* (Fig. 7): FedACS < FedNova <
+  # c-a-FedAvg = FedVarp = FedAU < FedAvg = OS.
+  distance = {m: abs(summary[m]['analytic_fixed_point'] - true_optimum)
+              for m in FEDACS_FAMILY}
+  assert (distance['fedacs'] < distance['fednova'] < distance['ca_fedavg']
+          < distance['fedavg_het'])
+
+
+def one_round_updates(method, config, n, form='paper', extras=None):
+  """X_1 − X_0 from X_0 = 0 over n independent draws of round 0's randomness."""
+  engine_config = quadratic.algorithm_config(config, method)
+  engine_config.fedacs.fedvarp_form = form
+  data = quadratic.quadratic_data(config.optima)
+  algorithm = quadratic.quadratic_algorithm(engine_config, data)
+  state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
+  if extras is not None:
+    state = state.replace(extras=extras(state.extras))
+  runner = RoundRunner(algorithm, 'vmap')
+  step = jax.jit(jax.vmap(
+      lambda r: runner.round(state.replace(round=r), data)[0].params['x'][0]))
+  return np.asarray(step(jnp.arange(n, dtype=jnp.int32)), np.float64)
+
+
+def assert_expectation(samples, expected, other=None):
+  """Monte-Carlo mean within 4.5 standard errors; `other` outside of them."""
+  se = samples.std() / np.sqrt(samples.size)
+  assert abs(samples.mean() - expected) < 4.5 * se, (samples.mean(), expected)
+  if other is not None:
+    assert abs(samples.mean() - other) > 10 * se
+
+
+MC_ROUNDS = 20000
+
+
+@pytest.mark.parametrize('method, participation', [
+    ('fedavg_het', 'with_replacement'),  # IS, Eq. (18) → (23c)
+    ('fedavg_het', 'uniform'),           # US, Eq. (19) → (24a)
+    ('fedavg_het', 'full'),              # Eq. (21) → (26a)
+    ('ca_fedavg', 'with_replacement'),   # Eq. (113)
+    ('fedacs', 'with_replacement'),      # Eq. (16)
+    ('fednova', 'with_replacement'),     # Eq. (116)
+    ('os', 'with_replacement'),          # Eq. (25b)
+])
+def test_one_round_expectation_is_the_specs(method, participation):
+  config = toy(client_lr=0.05, calibrate=True, participation=participation)
+  e, q, t, w = toy_arrays(config)
+  lr = spec_lr(method, config)
+  updates = e * (1 - (1 - lr)**t)  # U_m from X = 0
+  expected = spec_weights(method, config) @ updates
+  fedavg = (w * (1 - q)) @ (e * (1 - (1 - config.client_lr)**t))
+  samples = one_round_updates(method, config, MC_ROUNDS)
+  assert_expectation(samples, expected,
+                     other=None if method in ('fedavg_het', 'os') else fedavg)
+
+
+@pytest.mark.parametrize('form', ['paper', 'saga'])
+def test_fedvarp_expectation_with_a_memory(form):
+  config = toy(client_lr=0.05, calibrate=True)
+  e, q, t, w = toy_arrays(config)
+  updates = e * (1 - (1 - spec_lr('fedvarp', config))**t)
+  memory = np.linspace(-2.0, 3.0, e.size)  # y_m, stale updates of X − X_local
+  if form == 'paper':  # Eq. (114): failed slots reuse y
+    expected = np.sum(w * (1 - q) * updates) - np.sum(w * q * memory)
+  else:  # SAGA: (1/K) Σ_received (U − y) + Σ ω y, with y = −delta
+    expected = np.sum(w * (1 - q) * (updates + memory)) - np.sum(w * memory)
+  extras = lambda x: {**x, 'memory': {'x': jnp.asarray(memory)[:, None]}}
+  samples = one_round_updates('fedvarp', config, MC_ROUNDS, form, extras)
+  assert_expectation(samples, expected, other=np.sum(w * (1 - q) * updates))
+
+
+def test_fedau_expectation_with_interval_statistics():
+  config = toy(client_lr=0.05)
+  e, q, t, w = toy_arrays(config)
+  k = config.clients_per_round
+  updates = e * (1 - (1 - config.client_lr)**t)
+  counts = np.arange(e.size) % 3  # 0: no interval yet → ω̂ = 1
+  sums = counts * np.linspace(1.5, 6.0, e.size)
+  omega_hat = np.where(counts > 0, sums / np.maximum(counts, 1), 1.0)
+  participation = (1 - q) * (1 - (1 - w)**k)  # P(m ∈ S̃)
+  expected = np.sum(participation * w * omega_hat * updates)
+
+  def extras(x):
+    return {**x, 'fedau': {'since': jnp.zeros(e.size),
+                           'interval_sum': jnp.asarray(sums, jnp.float32),
+                           'interval_count': jnp.asarray(counts, jnp.float32)}}
+
+  samples = one_round_updates('fedau', config, MC_ROUNDS, extras=extras)
+  assert_expectation(samples, expected)
+
+
+def test_equal_links_and_work_every_method_agrees_with_fedavg():
+  n = 10
+  optima = tuple(float(m) for m in range(n))
+  # Fixed points: every rule weighs the clients equally.
+  config = toy(optima=optima, q=(0.3,) * n, local_steps=(4,) * n)
+  data = quadratic.quadratic_data(optima)
+  for method in FEDACS_FAMILY:
+    algorithm = quadratic.quadratic_algorithm(
+        quadratic.algorithm_config(config, method), data)
+    state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
+    np.testing.assert_allclose(
+        quadratic.analytic_fixed_point(algorithm, state, optima),
+        np.mean(optima), rtol=1e-6)
+  # One round, T = 1: every calibrated method's expected update is FedAvg's,
+  # η₁(1 − q) Σ ω (E − X) (FedVarp with its memory at the current updates).
+  config = toy(optima=optima, q=(0.3,) * n, local_steps=(1,) * n,
+               client_lr=0.05, calibrate=True)
+  expected = 0.05 * 0.7 * np.mean(optima)
+  for method in ('fedavg_het', 'fedacs', 'ca_fedavg', 'fednova', 'os'):
+    assert_expectation(one_round_updates(method, config, MC_ROUNDS), expected)
+  stale = -0.05 * 0.7 * np.asarray(optima)  # delta = −U at η₄ = η₁(1 − q)
+  extras = lambda x: {**x, 'memory': {'x': jnp.asarray(stale)[:, None]}}
+  assert_expectation(one_round_updates('fedvarp', config, MC_ROUNDS,
+                                       extras=extras), expected)
+
+
+@pytest.mark.parametrize('backend', ['vmap', 'sequential'])
+@pytest.mark.parametrize('method', ['fedavg_het', 'fedacs'])
+def test_reliable_links_and_equal_work_are_the_engines_fedavg(backend, method):
+  # Engine FedAvg with K draws ∝ examples and uniform weights (Li et al.'s
+  # scheme I) is IS with ω ∝ examples; q = 0 and T = local_steps for all.
+  engine_config = tiny_config(client_sampling='proportional',
+                              aggregation_weights='uniform')
+  engine, state, data = tiny_fedavg(engine_config)
+  het_config = tiny_config(algorithm=method, aggregation_weights='examples')
+  het = algorithms.create_algorithm(method, het_config, engine.model, data)
+  het_state = het.init(*jax.tree.map(jnp.copy, (state.params, state.key)))
+  expected, _ = RoundRunner(engine, backend).run(state, data, 3)
+  got, metrics = RoundRunner(het, backend).run(het_state, data, 3)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6),
+               got.params, expected.params)
+  np.testing.assert_array_equal(metrics['uploads'], 4)
+
+
+def test_uniform_participation_is_the_engines_uniform_fedavg():
+  engine, state, data = tiny_fedavg(tiny_config(aggregation_weights='uniform'))
+  config = tiny_config(algorithm='fedavg_het', aggregation_weights='uniform')
+  config.fedacs.participation = 'uniform'
+  het = FedAvgHet(config, engine.model, data)
+  expected, _ = RoundRunner(engine, 'vmap').run(state, data, 3)
+  het_state = het.init(*jax.tree.map(jnp.copy, (state.params, state.key)))
+  got, _ = RoundRunner(het, 'vmap').run(het_state, data, 3)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6),
+               got.params, expected.params)
+
+
+def test_dynamic_systems_are_drawn_in_the_round_and_fedacs_follows_them():
+  config = tiny_config(algorithm='fedacs', num_clients=6, clients_per_round=4)
+  config.systems.model = 'dynamic'
+  config.systems.dynamic_work = ((1, 3), (5, 8))
+  data = tiny_data()
+  model = models.create_model('mlp', 3, hidden=(7,))
+  algorithm = algorithms.create_algorithm('fedacs', config, model, data)
+  params = models.init_params(model, jax.random.PRNGKey(0), (5,))
+  state = algorithm.init(params, jax.random.PRNGKey(1))
+  plan = jax.jit(algorithm.plan_round)
+  lrs, probs = set(), []
+  for r in range(6):
+    s = state.replace(round=jnp.int32(r))
+    plans = plan(s, data)
+    rnd = algorithm.round_systems(s)
+    ids = np.asarray(plans.client_id)
+    np.testing.assert_array_equal(plans.num_steps, np.asarray(rnd.steps)[ids])
+    np.testing.assert_array_equal(plans.weight,
+                                  np.asarray(rnd.link_up, np.float32)[ids])
+    q, t = np.asarray(rnd.failure_prob, np.float64), np.asarray(rnd.steps)
+    omega = np.asarray(data.counts) / np.sum(data.counts)
+    p = omega / ((1 - q) * t)
+    probs.append(p / p.sum())
+    np.testing.assert_allclose(algorithm.sampling_probs(rnd), probs[-1],
+                               rtol=1e-5)
+    lr = 0.1 * np.sum(omega * (1 - q) * t) * np.sum(omega / ((1 - q) * t))
+    np.testing.assert_allclose(plans.lr, lr, rtol=1e-5)
+    lrs.add(round(float(plans.lr[0]), 6))
+  assert len(lrs) == 6 and not np.allclose(probs[0], probs[1])
+
+
+@pytest.mark.parametrize('method, overrides, message', [
+    ('fedacs', {'q': (0.1, 1.0, 0.2, 0.2, 0.2, 0.2)},
+     r'fedacs divides by the upload success probability .* client 1 can have q = 1'),
+    ('ca_fedavg', {'model': 'markov', 'markov_recover': (0.0,)},
+     r'ca_fedavg divides by the upload success probability'),
+    ('fedavg_het', {'q': (2.0,)}, r'systems.q must be probabilities in \[0, 1\]'),
+    ('fedavg_het', {'q': (1.0,)}, r'q = 1 for all clients'),
+    ('fednova', {'local_work': (0,)}, r'local_work must be positive integers'),
+])
+def test_bad_systems_for_a_method_fail_clearly(method, overrides, message):
+  config = tiny_config(algorithm=method)
+  config.systems.update(overrides)
+  with pytest.raises(ValueError, match=message):
+    algorithms.create_algorithm(method, config, None, tiny_data())
+
+
+@pytest.mark.parametrize('method, fedacs, top, message', [
+    ('fedacs', {'participation': 'uniform'}, {},
+     r'fedacs is defined for fedacs.participation in with_replacement'),
+    ('os', {'participation': 'full'}, {}, r'os is defined for'),
+    ('fedavg_het', {'prox_mu': -1.0}, {}, r'fedacs.prox_mu must be ≥ 0'),
+    ('fedavg_het', {'prox_mu': 0.1}, {'client_momentum': 0.5}, r'no closed-form'),
+    ('fedavg_het', {}, {'client_weight_decay': 1e-4}, r'client_weight_decay'),
+    ('fedvarp', {'fedvarp_form': 'sag'}, {}, r'fedvarp_form must be paper or saga'),
+    ('fedau', {'fedau_cutoff': 0}, {}, r'fedau_cutoff must be a positive integer'),
+])
+def test_bad_method_options_fail_clearly(method, fedacs, top, message):
+  config = tiny_config(algorithm=method, **top)
+  config.fedacs.update(fedacs)
+  with pytest.raises(ValueError, match=message):
+    algorithms.create_algorithm(method, config, None, tiny_data())
+
+
+def test_trainer_reports_communication_and_computation_and_resumes(tmp_path):
+  config, _ = cli.resolve([
+      '--config.algorithm=fedvarp', '--config.num_clients=10',
+      '--config.clients_per_round=4', '--config.batch_size=8',
+      '--config.model_options.hidden=(16,)', '--config.eval_every=2',
+      '--config.checkpoint_every=2', '--config.rounds_per_call=2',
+      '--config.progress=False', '--config.systems.model=markov',
+      '--config.systems.local_work=(2, 3, 2, 3, 2, 3, 2, 3, 2, 3)',
+      '--config.systems.markov_fail=(0.3,)', '--config.rounds=6'])
+  whole = run.train(config, str(tmp_path / 'whole'))
+  config.rounds = 2
+  run.train(config, str(tmp_path / 'parts'))
+  config.rounds = 6
+  resumed = run.train(config, str(tmp_path / 'parts'))
+  assert resumed['totals'] == whole['totals']
+  assert resumed['final_test_loss'] == whole['final_test_loss']
+  totals = whole['totals']
+  model_bytes = whole['num_params'] * 4
+  assert totals['bytes_up'] == totals['uploads'] * model_bytes
+  assert totals['bytes_down'] == 6 * 4 * model_bytes
+  assert 0 < totals['uploads'] < 6 * 4  # Markov links fail sometimes
+  assert 6 * 4 * 2 <= totals['local_steps'] <= 6 * 4 * 3
+  assert totals['examples'] == totals['local_steps'] * 8
+
+
+def test_bad_input_through_the_command_line(tmp_path, capsys):
+  code = cli.main(['--config.algorithm=fedacs', '--config.systems.q=(1.5,)',
+                   '--config.rounds=1', '--config.progress=False',
+                   f'--workdir={tmp_path}'])
+  assert code == 2
+  err = capsys.readouterr().err
+  assert err.strip() == ('fedjax-het: error: systems.q must be probabilities '
+                         'in [0, 1], got 1.5.')
+
+
+def load_script(name):
+  path = os.path.join(REPO, 'experiments', 'fedacs', name)
+  spec = importlib.util.spec_from_file_location(name[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_quadratic_script_writes_the_summary(tmp_path, capsys):
+  script = load_script('quadratic.py')
+  assert script.main([f'--workdir={tmp_path}', '--config.rounds=200',
+                      "--config.methods=('fedavg_het', 'fedacs')"]) == 0
+  with open(tmp_path / 'summary.json') as f:
+    summary = json.load(f)
+  assert set(summary) == {'fedavg_het', 'fedacs'}
+  assert set(summary['fedacs']) == {'time_avg_iterate', 'analytic_fixed_point',
+                                    'true_optimum'}
+  assert script.main(['--config.local_steps=(0, 1)']) == 2
+  assert 'one value per client' in capsys.readouterr().err
+  assert script.main(['--config.local_steps=' + repr((0,) + (1,) * 9)]) == 2
+  assert 'positive integers' in capsys.readouterr().err
+
+
+def test_compare_script_prints_the_table_and_plots(tmp_path, capsys):
+  script = load_script('compare.py')
+  argv = ['--config', os.path.join(REPO, 'experiments', 'fedacs',
+                                   'digits_table1.py'),
+          f'--workdir={tmp_path}', '--methods', 'fedacs,fedavg_het',
+          '--seeds=0', '--config.rounds=3', '--config.target_accuracy=0.01',
+          '--config.checkpoint_every=3']
+  assert script.main(argv) == 0
+  table = capsys.readouterr().out
+  assert table.splitlines()[2].startswith('| FedACS |')
+  assert '(1.00×)' in table.splitlines()[2]
+  assert table.splitlines()[3].startswith('| FedAvg |')
+  assert (tmp_path / 'comparison.png').exists()
+  stats = json.loads((tmp_path / 'comparison.json').read_text())
+  assert stats['fedacs']['rounds'] == 1 and stats['fedacs']['reached'] == 1
+  assert script.main(['--methods=fedacs,nope', f'--workdir={tmp_path}']) == 2
+  assert "unknown method(s) ['nope']" in capsys.readouterr().err
+
+
+def test_paper_configs_are_valid():
+  from fedjax_het.config import validate
+  from fedjax_het.systems.heterogeneity import Heterogeneity
+  folder = os.path.join(REPO, 'experiments', 'fedacs')
+  names = sorted(n for n in os.listdir(folder)
+                 if n.startswith(('table', 'digits')))
+  assert len(names) == 7
+  for name in names:
+    config = cli.load_config(os.path.join(folder, name))
+    validate(config)
+    model = Heterogeneity.from_config(
+        config.systems, client_counts=np.full(20, 3000),
+        batch_size=config.batch_size, default_work=config.local_steps, seed=0)
+    assert model.max_steps() in (30, 39)
