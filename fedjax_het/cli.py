@@ -34,7 +34,12 @@ def load_experiment(path: str):
     raise ConfigError(f'config file {path!r} does not exist.')
   spec = importlib.util.spec_from_file_location('fedjax_het_experiment', path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  # Experiment files may import helpers that sit beside them.
+  sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.pop(0)
   if not hasattr(module, 'get_config') and not hasattr(module, 'get_configs'):
     raise ConfigError(
         f'config file {path!r} defines neither get_config() nor get_configs().')

@@ -42,6 +42,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.client_lr = 0.05
   c.client_momentum = 0.0
   c.client_weight_decay = 0.0
+  c.augment = 'none'           # none | crop_flip (CIFAR: random crop pad 4 + flip)
   c.server_lr = 1.0
   c.server_momentum = 0.0
   c.aggregation_weights = 'examples'   # examples | uniform

@@ -1,6 +1,7 @@
 """FedACS Table 4, scaled to run offline on a CPU: digits, static heterogeneous systems.
 
 Command:   python experiments/fedacs/compare.py --config experiments/fedacs/digits_table4.py
+           (or one seed: fedjax-het --config experiments/fedacs/digits_table4.py)
 Paper:     Table 4 / Fig. 9, MNIST column: rounds to 70% FedACS 64, FedAvg 92 (1.44×), c-a-FedAvg 68,
            FedVarp 92, FedNova 103, OS and FedAU never.
 
@@ -8,10 +9,14 @@ As digits_table1.py but with the paper's static systems (App. I.3.1): client m k
 T_m ∈ {1, 3, …, 39} local steps and success probability 1 − q_m ∈ {0.60, 0.62, …, 0.98}, the two
 lists assigned to clients by independent seeded permutations (the paper leaves the pairing open).
 """
+from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 from fedjax_het.config import base_config
 
+COLUMNS = TABLE_COLUMNS
+TITLE = 'FedACS Table 4 (static systems), scaled: digits, one class per client'
 
-def get_config():
+
+def shared_config():
   config = base_config()
   config.algorithm = 'fedacs'
   config.dataset = 'digits'
@@ -33,3 +38,8 @@ def get_config():
   config.rounds_per_call = 1
   config.checkpoint_every = 200
   return config
+
+
+def get_configs():
+  """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
+  return family_configs(shared_config())

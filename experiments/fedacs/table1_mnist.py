@@ -2,8 +2,8 @@
 
 Command:   python experiments/fedacs/compare.py --config experiments/fedacs/table1_mnist.py \
                --config.data_dir=DIR
-           (one method: fedjax-het --config experiments/fedacs/table1_mnist.py --config.data_dir=DIR
-            --config.algorithm=fedavg_het)
+           (one method, one seed: add --methods fedavg_het --seeds 0; one seed of all methods:
+            fedjax-het --config experiments/fedacs/table1_mnist.py --config.data_dir=DIR)
 Needs:     MNIST prepared by TFDS under DIR (on a networked machine:
            python -c "import tensorflow_datasets as tfds; tfds.builder('mnist', data_dir='DIR').download_and_prepare()")
 Paper:     Table 1: rounds to 70% test accuracy (total computation time) FedACS 68 (3548.6 s),
@@ -18,10 +18,14 @@ steps, η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examp
 closest registered model to the paper's PyTorch-MNIST CNN (Table 3; spec §4.3), which
 fedjax_het.models does not provide.
 """
+from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 from fedjax_het.config import base_config
 
+COLUMNS = TABLE_COLUMNS
+TITLE = 'FedACS Table 1, MNIST: dynamic systems, one class per client'
 
-def get_config():
+
+def shared_config():
   config = base_config()
   config.algorithm = 'fedacs'
   config.dataset = 'mnist'
@@ -40,3 +44,8 @@ def get_config():
   config.rounds_per_call = 1
   config.checkpoint_every = 50
   return config
+
+
+def get_configs():
+  """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
+  return family_configs(shared_config())

@@ -9,10 +9,14 @@ Paper:     Table 4: rounds to 40% FedACS 68 (4706.3 s), FedAvg 112 (1.64×), c-a
 
 As table1_cifar10.py (same model stand-in) with the paper's static systems (see table4_mnist.py).
 """
+from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 from fedjax_het.config import base_config
 
+COLUMNS = TABLE_COLUMNS
+TITLE = 'FedACS Table 4, CIFAR-10: static systems, Dirichlet(0.1)'
 
-def get_config():
+
+def shared_config():
   config = base_config()
   config.algorithm = 'fedacs'
   config.dataset = 'cifar10'
@@ -36,3 +40,8 @@ def get_config():
   config.rounds_per_call = 1
   config.checkpoint_every = 50
   return config
+
+
+def get_configs():
+  """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
+  return family_configs(shared_config())

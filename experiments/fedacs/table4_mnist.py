@@ -11,10 +11,14 @@ As table1_mnist.py (same model stand-in) with the paper's static systems (App. I
 keeps T_m ∈ {1, 3, …, 39} and 1 − q_m ∈ {0.60, 0.62, …, 0.98}, assigned to clients by independent
 seeded permutations (the pairing is not stated; spec §6 #5).
 """
+from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 from fedjax_het.config import base_config
 
+COLUMNS = TABLE_COLUMNS
+TITLE = 'FedACS Table 4, MNIST: static systems, one class per client'
 
-def get_config():
+
+def shared_config():
   config = base_config()
   config.algorithm = 'fedacs'
   config.dataset = 'mnist'
@@ -36,3 +40,8 @@ def get_config():
   config.rounds_per_call = 1
   config.checkpoint_every = 50
   return config
+
+
+def get_configs():
+  """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
+  return family_configs(shared_config())

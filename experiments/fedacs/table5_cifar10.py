@@ -11,10 +11,14 @@ Paper:     Table 5, rounds to threshold (35%, 35%, 40%): FedACS 107 / 51 / 36, F
 
 As table1_cifar10.py (same model stand-in, see there) with α = 0.05 and threshold 35% by default.
 """
+from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 from fedjax_het.config import base_config
 
+COLUMNS = TABLE_COLUMNS
+TITLE = 'FedACS Table 5, CIFAR-10: dynamic systems, Dirichlet α sweep'
 
-def get_config():
+
+def shared_config():
   config = base_config()
   config.algorithm = 'fedacs'
   config.dataset = 'cifar10'
@@ -35,3 +39,8 @@ def get_config():
   config.rounds_per_call = 1
   config.checkpoint_every = 50
   return config
+
+
+def get_configs():
+  """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
+  return family_configs(shared_config())

@@ -1,7 +1,7 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.fedavg import FedAvg
-from fedjax_het.algorithms.fedacs import FedACS
+from fedjax_het.algorithms.fedacs import FEDACS_FAMILY, FedACS
 from fedjax_het.algorithms.fedau import FedAU
 from fedjax_het.algorithms.fedvarp import FedVarp
 from fedjax_het.algorithms.reweighted import CaFedAvg, FedNova, OptimalSampling
@@ -17,10 +17,6 @@ ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
         FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
         OptimalSampling, HIST, HFedAvg)
 }
-
-# The FedACS paper's methods (FedACS first, then its baselines in Table 1 order).
-FEDACS_FAMILY = ('fedacs', 'fedavg_het', 'ca_fedavg', 'fedvarp', 'fednova',
-                 'fedau', 'os')
 
 
 def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:

@@ -30,6 +30,7 @@ import ml_collections
 import optax
 
 from fedjax_het import eval as eval_lib
+from fedjax_het.data import augment
 from fedjax_het.core import aggregation, client, sampling
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext)
@@ -87,7 +88,8 @@ class FederatedAlgorithm:
         self.loss, client.sgd_factory(config.client_momentum,
                                       config.client_weight_decay),
         data, max_steps=self.max_local_steps(), batch_size=config.batch_size,
-        scan_unroll=config.scan_unroll)
+        scan_unroll=config.scan_unroll,
+        augment=augment.get_augmentation(config.augment))
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:

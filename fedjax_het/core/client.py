@@ -53,7 +53,9 @@ def apply_mask(tree: PyTree, mask: PyTree) -> PyTree:
 
 def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
                        data, *, max_steps: int, batch_size: int,
-                       scan_unroll: int = 1) -> Callable[..., ClientOutput]:
+                       scan_unroll: int = 1,
+                       augment: Callable[[jax.Array, jax.Array], jax.Array]
+                       | None = None) -> Callable[..., ClientOutput]:
   """Builds `client_update(global_params, plan, data) -> ClientOutput`.
 
   The federated data is an argument of the returned function, not a closure,
@@ -70,6 +72,8 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
       plan asking for more steps runs `max_steps`.
     batch_size: static local batch size B.
     scan_unroll: `lax.scan` unroll factor for the local steps.
+    augment: optional `augment(key, x_batch) -> x_batch` applied to every
+      minibatch with a key of its own (e.g. `fedjax_het.data.augment`).
   """
   max_examples = data.x.shape[1]
   epochs_bound = batching.epochs_per_batch(batch_size, int(data.counts.min()))
@@ -89,8 +93,10 @@ def make_client_update(loss_fn: LossFn, make_optimizer: OptimizerFactory,
           max_examples=max_examples, max_epochs_per_batch=epochs_bound)
       xb = x[plan.client_id, idx]
       yb = y[plan.client_id, idx]
-      ctx = StepContext(global_params=global_params, step=s,
-                        key=jax.random.fold_in(step_keys, s))
+      step_key = jax.random.fold_in(step_keys, s)
+      if augment is not None:
+        xb = augment(jax.random.fold_in(step_key, 1), xb)
+      ctx = StepContext(global_params=global_params, step=s, key=step_key)
       loss, grads = grad_fn(params, xb, yb, plan, ctx)
       grads = apply_mask(grads, plan.mask)
       updates, new_opt_state = tx.update(grads, opt_state, params)
