@@ -321,6 +321,42 @@ def test_jit_apply_matches_apply(name, options):
   chex.assert_trees_all_close(jitted, eager, rtol=1e-5, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------- early exits
+
+EXIT_CONFIGS = (
+    ('mlp', (('hidden', (200, 200)),), 2),
+    ('lenet5', (), 4),
+    ('resnet18', (('width', 0.25),), 4),
+)
+
+
+@pytest.mark.parametrize('name,options,num_exits', EXIT_CONFIGS,
+                         ids=_ids([c[:2] for c in EXIT_CONFIGS]))
+def test_exits_stack_every_exit_and_the_last_is_the_plain_model(name, options, num_exits):
+  plain, plain_params = _model_and_params(name, options)
+  model, params = _model_and_params(name, options + (('exits', True),))
+  exits = [f'exit{j}' for j in range(1, num_exits)]
+  assert [n for n in params if n.startswith('exit')] == exits
+  # Exits are maskable Dense layers; the trunk and head initialise as without exits.
+  assert all(all(jax.tree.leaves(maskable_leaves(params)[n])) for n in exits)
+  chex.assert_trees_all_equal({n: p for n, p in params.items() if n not in exits},
+                              plain_params)
+  x = _batch((32, 32, 3))
+  logits = _apply(model, params, x)
+  chex.assert_shape(logits, (num_exits, 3, 10))
+  chex.assert_trees_all_close(logits[-1], _apply(plain, plain_params, x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('name,shape,num_classes,options,expected', [
+    ('mlp', (28, 28, 1), 10, {'hidden': (200, 200)}, 201_220),  # + exit1 2,010
+    ('lenet5', (28, 28, 1), 10, {}, 63_156),  # + exits (6 + 16 + 120)·10 + 3·10
+    ('resnet18', (32, 32, 3), 10, {}, 11_178_472),  # + (64 + 128 + 256)·10 + 3·10
+    ('resnet18', (32, 32, 3), 100, {}, 11_265_232),
+])
+def test_exact_param_counts_with_exits(name, shape, num_classes, options, expected):
+  assert _param_count(name, shape, num_classes, exits=True, **options) == expected
+
+
 # ----------------------------------------------------------------------------- registry errors
 
 

@@ -333,19 +333,20 @@ def test_trainer_runs_scalefl_from_the_command_line(tmp_path):
           '--config.model_options.hidden=(32, 32)',
           '--config.model_options.exits=True',
           "--config.capacities=(0.25, 0.5, 1.0)", '--config.local_test=True',
-          '--config.submodel.eval_capacities=(0.1,)', '--config.rounds=20',
-          '--config.eval_every=10', '--config.progress=False',
+          '--config.submodel.eval_capacities=(0.1,)', '--config.rounds=60',
+          '--config.eval_every=30', '--config.progress=False',
           f'--workdir={tmp_path}']
   assert cli.main(args) == 0
   with open(tmp_path / 'summary.json') as f:
     summary = json.load(f)
   with open(tmp_path / 'metrics.jsonl') as f:
-    row = [json.loads(line) for line in f][-1]
+    first, row = [json.loads(line) for line in f]
   for gamma in ('0.25', '0.5', '1'):
     assert 0 <= row[f'local_accuracy@{gamma}'] <= 1
     assert row[f'params_fraction@{gamma}'] <= float(gamma)
   assert 'unparticipated_accuracy@0.1' in row
-  assert summary['final_test_accuracy'] > 0.5  # digits, 10 classes
+  # Digits, 10 classes: it learns (0.86 at round 60 when written).
+  assert summary['final_test_accuracy'] > max(0.75, first['test_accuracy'])
 
 
 def test_bad_setups_fail_clearly(tmp_path, capsys):

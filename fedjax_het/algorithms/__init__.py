@@ -1,7 +1,8 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.fedavg import FedAvg
-from fedjax_het.algorithms.fedacs import FEDACS_FAMILY, FedACS
+from fedjax_het.algorithms.fedacs import FEDACS_FAMILY as FEDACS_FAMILY
+from fedjax_het.algorithms.fedacs import FedACS
 from fedjax_het.algorithms.fedau import FedAU
 from fedjax_het.algorithms.fedvarp import FedVarp
 from fedjax_het.algorithms.reweighted import CaFedAvg, FedNova, OptimalSampling
