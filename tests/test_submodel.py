@@ -211,3 +211,16 @@ def test_width_rules():
       layout, r + 0.02)
   with pytest.raises(ValueError, match='width rule'):
     width.width_for_capacity(layout, 0.5, 'cubic')
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(np.float32, st.integers(1, 40),
+                  elements=st.sampled_from([0.0, -0.5, 0.5, 1.0, -2.0, 3e-8,
+                                            7.25, -1e6])),
+       st.data())
+def test_kth_largest_magnitude_equals_sorting_even_with_ties(x, data):
+  ks = data.draw(st.lists(st.integers(1, x.size), min_size=1, max_size=4))
+  split = data.draw(st.integers(0, x.size))
+  got = magnitude.kth_largest_magnitude([x[:split], x[split:]], ks)
+  expected = [np.sort(np.abs(x))[::-1][k - 1] for k in ks]
+  np.testing.assert_array_equal(got, expected)

@@ -90,6 +90,7 @@ def time_backend(workload: str, backend: str, rounds: int,
                      model=spec['model'], partition='iid'))
   if algorithms.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
+    config.submodel.scaler = False  # HeteroFL's Scaler needs norms (no MLP)
   config.model_options = spec['model_options']
   dataset = load_dataset('synthetic', seed=0, num_train=50_000, num_test=100,
                          shape=spec['shape'])
