@@ -22,18 +22,17 @@ HIDDEN = (8, 8, 8)
 LEVELS = (0.25, 0.6, 1.0)
 
 
-def make(levels=LEVELS, data=None, seed=0, hidden=HIDDEN, **overrides):
-  """(algorithm, initial state, data) of ScaleFL on `tiny_data`."""
-  config = tiny_config(algorithm='scalefl', capacities=levels,
+def make(**overrides):
+  """(algorithm, initial state, data) of ScaleFL at LEVELS on `tiny_data`."""
+  config = tiny_config(algorithm='scalefl', capacities=LEVELS,
                        aggregation_weights='uniform', **overrides)
-  config.model_options.hidden = hidden
+  config.model_options.hidden = HIDDEN
   config.model_options.exits = True
-  data = data if data is not None else tiny_data()
+  data = tiny_data()
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
-  params = models.init_params(model, jax.random.PRNGKey(seed),
-                              data.x.shape[2:])
+  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
   algorithm = algorithms.create_algorithm('scalefl', config, model, data)
-  return algorithm, algorithm.init(params, jax.random.PRNGKey(seed + 1)), data
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
 
 
 class ShapesOnly:
@@ -103,6 +102,8 @@ def test_resnet18_levels_are_the_stages_at_full_width():
   assert [s for s, _ in five] == [2, 3, 4, 4, 4]
   np.testing.assert_allclose([r for _, r in five], [0.80, 0.80, 0.60, 0.80, 1],
                              atol=0.01)
+  # Not nested: 0.16 keeps stages 1–3 wider (0.80) than 0.36 does (0.60).
+  assert five[1][1] > five[2][1]
   for gamma, (depth, rate) in zip((0.04, 0.16, 0.36, 0.64), five):
     assert held_fraction(algorithm, depth, rate) <= gamma
     assert held_fraction(algorithm, depth, rate * (1 + 1e-5)) > gamma

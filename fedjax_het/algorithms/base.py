@@ -71,6 +71,8 @@ class FederatedAlgorithm:
   supports_capacities = False
   # Aggregation segments (capacity groups, cells); plans carry segment ids.
   num_segments = 1
+  # Whether the loss and evaluation read a multi-exit model's stacked logits.
+  reads_exits = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -79,6 +81,10 @@ class FederatedAlgorithm:
           f'{self.name} trains the full model on every client, so capacities '
           f'must be (1.0,), got {tuple(config.capacities)}; use a submodel '
           'method for heterogeneous capacities.')
+    if config.model_options.get('exits') and not self.reads_exits:
+      raise ValueError(
+          f'{self.name} trains a single-output model; model_options.exits='
+          'True (early exits) is for methods that read them, e.g. scalefl.')
     self.config = config
     self.model = model
     self.num_clients = int(data.counts.shape[0])

@@ -8,8 +8,9 @@ that drops every stage and exit deeper than s. The model must be built with
 exits [E, B, classes], and stage j is every module created after exit j−1 up
 to exit j (creation order = forward order, as the width layout reads it).
 
-Depth and width of a capacity γ (neither ScaleFL nor FIARSE gives the split
-for FIARSE's capacity sets; specs/fiarse.md §4 proposes this reading):
+Depth and width of a capacity γ (FIARSE does not give the split for its
+capacity sets; ScaleFL's code hard-codes depths 1–4 at widths 0.7, 0.7, 0.75,
+1 for its own four levels; specs/fiarse.md §4 proposes this reading):
 
     s(γ) = the smallest depth whose full-width submodel (stages and exits
            1..s) holds at least τ·γ of all parameters, τ =
@@ -45,8 +46,10 @@ before the pool; ours are pool + Dense (`fedjax_het.models`).
 
 Aggregation is HeteroFL's: every entry is averaged over the clients whose
 submodel holds it ('mask' partial averaging), so a shallow client never votes
-on deeper stages. The Scaler (`submodel.scaler`, dividing hidden outputs by
-r in training) is HeteroFL's, as in ScaleFL's code.
+on deeper stages. The Scaler (`submodel.scaler`) is HeteroFL's: hidden
+outputs divided by r in training only. ScaleFL's code divides conv outputs by
+r at test time too; with static BN right after every conv (ResNet-18) the two
+agree, since the norm undoes the scale.
 
 Evaluation at capacity γ — the levels (Global/Local) and unparticipated
 sizes alike — reads exit s(γ) of the (s(γ), r(γ)) submodel.
@@ -64,8 +67,6 @@ from fedjax_het.core import client
 from fedjax_het.submodel import width
 
 PyTree = Any
-# Relative margin below the widest rate (far above float32 rounding, 6e-8).
-_RATE_MARGIN = 1e-6
 
 
 def exit_depths(params: dict) -> dict[str, int]:
@@ -90,18 +91,6 @@ def exit_depths(params: dict) -> dict[str, int]:
   return depths
 
 
-def with_trunk_layout(layout: PyTree, trunk_layout: PyTree) -> PyTree:
-  """The width layout of a model with exits, trunk leaves from the exit-free model.
-
-  `width.channel_layout` takes the previous layer's outputs as the next
-  Dense layer's inputs, so a Dense right after an exit (MLP fc2, LeNet fc1)
-  would read the exit's classes as its input channels. The same model without
-  exits has the right layout for every non-exit module; exits keep theirs.
-  """
-  return {name: trunk_layout.get(name, leaves)
-          for name, leaves in layout.items()}
-
-
 def depth_and_width(layout: PyTree, leaf_depth: PyTree, gamma: float,
                     tolerance: float) -> tuple[int, float]:
   """(s, r) of capacity γ by the rule of the module docstring (host, exact).
@@ -124,9 +113,7 @@ def depth_and_width(layout: PyTree, leaf_depth: PyTree, gamma: float,
                if held(s) >= tolerance * gamma * total)
   kept = [leaf for leaf, d in zip(leaves, depths) if d <= depth]
   rate = width.width_for_capacity(kept, gamma * total / held(depth), 'params')
-  # The bisection ends on a window-size breakpoint ⌈r·C⌉; step just inside it
-  # so that the float32 rate of the training plans keeps the same windows.
-  return depth, rate if rate >= 1 else rate * (1 - _RATE_MARGIN)
+  return depth, rate
 
 
 def _is_leaf_layout(x) -> bool:
@@ -161,6 +148,7 @@ class ScaleFL(HeteroFL):
   """Width- and depth-scaled submodels with early exits and self-distillation."""
 
   name = 'scalefl'
+  reads_exits = True
 
   def __init__(self, config, model, data):
     if not getattr(model, 'exits', False):
@@ -180,9 +168,6 @@ class ScaleFL(HeteroFL):
       raise ValueError('submodel.scalefl_kd_start must be in [0, 1], got '
                        f'{options.scalefl_kd_start!r}.')
     super().__init__(config, model, data)
-    self.layout = with_trunk_layout(
-        self.layout,
-        width.channel_layout(model.clone(exits=False), self.input_shape))
     module_depth = exit_depths(self.template)
     self.leaf_depth = {name: jax.tree.map(lambda _, d=d: d, self.template[name])
                        for name, d in module_depth.items()}

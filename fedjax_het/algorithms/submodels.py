@@ -89,6 +89,7 @@ class SubmodelAlgorithm(FederatedAlgorithm):
     self.template = models.init_params(model, jax.random.PRNGKey(0),
                                        self.input_shape)
     self._eval_params = jax.jit(self.eval_params, static_argnums=1)
+    self._eval_mask = jax.jit(self.eval_mask, static_argnums=1)
 
   # ---- what a method defines ------------------------------------------------
   def level_plan(self, state: ServerState, levels: jax.Array
@@ -131,7 +132,7 @@ class SubmodelAlgorithm(FederatedAlgorithm):
     """Fraction of all parameters in each level's submodel of `params`."""
     total = sum(x.size for x in jax.tree.leaves(params))
     return {capacity_key(g): float(sum(
-        jnp.sum(m) for m in jax.tree.leaves(self.eval_mask(params, g)))) / total
+        jnp.sum(m) for m in jax.tree.leaves(self._eval_mask(params, g)))) / total
             for g in self.levels}
 
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:

@@ -103,7 +103,8 @@ def channel_layout(model, input_shape: Sequence[int],
     spatial = tuple(Axis('full', n) for n in leaf.shape[:-2])
     layout[path] = LeafLayout(spatial + (in_axis, out_axis),
                               hidden_layer=not output_layer)
-    previous_out = fan_out
+    if not output_layer:  # an early exit's classes feed no later layer
+      previous_out = fan_out
   return flax.traverse_util.unflatten_dict(layout)
 
 
@@ -204,7 +205,8 @@ def width_for_capacity(layout: PyTree, gamma: float, rule: str = 'sqrt'
       low = mid
     else:
       high = mid
-  return max(low, 1e-6)
+  # Just inside the breakpoint, so a float32 copy of r keeps the same windows.
+  return max(low * (1 - 1e-6), 1e-6)
 
 
 def fractions(layout: PyTree, rates: Sequence[float]) -> np.ndarray:
