@@ -116,7 +116,8 @@ class MagnitudeThresholds:
       members = [x for x, g in zip(leaves, groups) if g == i]
       ks = [top_k_count(gamma, size) for gamma in gammas]
       theta = kth_largest_magnitude(members, ks)
-      per_group.append(jnp.where(jnp.asarray(gammas) >= 1, 0.0, theta))
+      full = jnp.asarray([gamma >= 1 for gamma in gammas])  # exact, on host
+      per_group.append(jnp.where(full, 0.0, theta))
     zeros = jnp.zeros((len(gammas),), jnp.float32)
     return treedef.unflatten([per_group[g] if g >= 0 else zeros
                               for g in groups])
