@@ -145,7 +145,8 @@ def test_bad_systems_fail_with_one_clear_sentence(overrides, message):
 
 
 def run_linear_solver(steps, lr, momentum=0.0, prox_mu=0.0):
-  """Displacement of the engine's client update on F(x) = x (gradient 1)."""
+  """Displacements of the engine's client update on F(x) = x (gradient 1),
+  one client per entry of `steps`."""
   data = FederatedData(x=np.zeros((1, 4, 1), np.float32),
                        y=np.zeros((1, 4), np.int32),
                        counts=np.array([4], np.int32))
@@ -157,10 +158,14 @@ def run_linear_solver(steps, lr, momentum=0.0, prox_mu=0.0):
 
   update = client.make_client_update(loss, client.sgd_factory(momentum), data,
                                      max_steps=12, batch_size=2)
-  plan = ClientPlan(client_id=jnp.int32(0), key=jax.random.PRNGKey(0),
-                    num_steps=jnp.int32(steps), lr=jnp.float32(lr),
-                    weight=jnp.float32(1), segment=jnp.int32(0))
-  return float(update(jnp.zeros((1,)), plan, data).delta[0])
+  k = len(steps)
+  plans = ClientPlan(client_id=jnp.zeros(k, jnp.int32),
+                     key=jax.random.split(jax.random.PRNGKey(0), k),
+                     num_steps=jnp.asarray(steps, jnp.int32),
+                     lr=jnp.full(k, lr, jnp.float32),
+                     weight=jnp.ones(k), segment=jnp.zeros(k, jnp.int32))
+  run = jax.jit(jax.vmap(update, in_axes=(None, 0, None)))
+  return np.asarray(run(jnp.zeros((1,)), plans, data).delta[:, 0])
 
 
 @pytest.mark.parametrize('momentum, prox_mu', [(0.0, 0.0), (0.3, 0.0),
@@ -168,12 +173,11 @@ def run_linear_solver(steps, lr, momentum=0.0, prox_mu=0.0):
                                                (0.0, 4.0)])
 def test_accumulation_norm_is_the_solvers_summed_gradient_weight(momentum,
                                                                   prox_mu):
-  lr = 0.05
-  for steps in (1, 4, 12):
-    displacement = run_linear_solver(steps, lr, momentum, prox_mu)
-    expected = lr * float(accumulation_norm(steps, lr, momentum=momentum,
-                                            prox_mu=prox_mu))
-    np.testing.assert_allclose(displacement, expected, rtol=1e-5)
+  lr, steps = 0.05, (1, 4, 12)
+  displacement = run_linear_solver(steps, lr, momentum, prox_mu)
+  expected = lr * np.asarray(accumulation_norm(
+      jnp.asarray(steps), lr, momentum=momentum, prox_mu=prox_mu))
+  np.testing.assert_allclose(displacement, expected, rtol=1e-5)
   if not momentum and not prox_mu:
     assert float(accumulation_norm(7, lr)) == 7.0  # SGD: ‖a‖₁ = T
   with pytest.raises(ValueError, match='no closed-form'):

@@ -6,6 +6,9 @@ Command:   python experiments/fedacs/compare.py --config experiments/fedacs/digi
            fedjax-het --config experiments/fedacs/digits_table1.py
 Paper:     Table 1 / Fig. 6, MNIST column: rounds to 70% FedACS 68, FedAvg 93 (1.37×), c-a-FedAvg 84,
            FedVarp 115, FedNova 99, OS 72, FedAU never; FedACS +7.5–36% accuracy.
+Measured:  (seeds 0-2) accuracy over the last 5 rounds / rounds to 70% / local steps to 70%:
+           FedACS 0.897 / 74 / 2480, FedAvg 0.751 / 108 (1.46×) / 10041 (4.05×), c-a-FedAvg 0.771 / 96,
+           FedVarp 0.775 / 93, FedNova 0.820 / 61 (0.83×) / 5852, FedAU 0.836 / 89, OS 0.789 / 112.
 
 Scaled setting: scikit-learn's 8×8 digits (1437 training images) over M = 20 clients holding one
 class each (2 clients per class), K = 6 draws with replacement per round, R = 200 rounds, the
