@@ -24,6 +24,8 @@ model's unstated constants are L0 = 32·d bits and log2 rates (spec §7).
 MLP 64-300-10 (22,510 params), 60 clients of ~24 images (2 label shards
 each), H = 5 steps of batch 10, E = 5, lr 0.05.
 """
+import ml_collections
+
 from fedjax_het.config import base_config
 
 # (header, summary key): cost to reach the target and the final accuracy.
@@ -65,7 +67,7 @@ def paper_config(algorithm: str, model: str = 'fcnn', num_cells: int = 4,
   config.partition = 'shards' if setting == 'noniid' else 'iid'
   config.shards_per_client = 2
   config.model = name
-  config.model_options.update(options)
+  config.model_options = ml_collections.ConfigDict(options)
   config.rounds = rounds
   config.local_steps = local_steps or steps
   config.batch_size = 50
@@ -93,9 +95,9 @@ def scaled_config(algorithm: str, num_cells: int = 4, setting: str = 'noniid',
   config.batch_size = 10
   config.client_lr = 0.05
   config.target_accuracy = target
-  config.eval_every = 2
-  config.rounds_per_call = 2
-  config.checkpoint_every = 50
+  config.eval_every = 1
+  config.rounds_per_call = 1
+  config.checkpoint_every = 10
   config.progress = False
   return _hierarchical(config, algorithm, num_cells, edge_rounds)
 

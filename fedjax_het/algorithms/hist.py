@@ -14,10 +14,10 @@ On the engine a global round is one round of the `RoundRunner`:
   edge aggregation is `masked_segment_mean` (a `jax.ops.segment_sum` over the
   client axis by cell) or its over-the-air twin
   `channels.aircomp.over_the_air_mean`;
-- the E edge rounds run in `local_phase` (the runner's hook), inside the
-  round's jit for compiled backends; client updates start from their cell's
-  edge model (`edge_params[plan.segment]`), and edge round e > 0 folds e into
-  the clients' keys so every edge round draws fresh minibatches;
+- the E edge rounds run in `local_phase` (the runner's hook), a `lax.scan`
+  inside the round's jit for compiled backends; client updates start from
+  their cell's edge model (`edge_params[plan.segment]`), and edge round e > 0
+  folds e into the clients' keys so every edge round draws fresh minibatches;
 - a client's `ClientOutput.delta` is x̄^t − x̄_j^{t,E}, the edge model it holds
   after the last edge aggregation, so the base class's segment mean by cell
   returns every cell's edge model and `combine_segments` is the cloud (Eq. (7):
@@ -50,6 +50,7 @@ import dataclasses
 import math
 from typing import Any
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -186,12 +187,10 @@ class HFedAvg(FederatedAlgorithm):
     self.cell_of_client = jnp.asarray(
         np.repeat(np.arange(self.num_segments), self.hierarchy.cell_sizes),
         jnp.int32)
-    init_params = model.init(jax.random.PRNGKey(0),
-                             jnp.zeros((1,) + tuple(data.x.shape[2:])))['params']
-    self.template = jax.tree.map(
-        lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), init_params)
-    self.total_params = int(sum(p.size for p in jax.tree.leaves(init_params)))
-    self.setup_partition(init_params)
+    self.template = parameter_shapes(model, data.x.shape[2:])
+    self.total_params = int(sum(math.prod(p.shape)
+                                for p in jax.tree.leaves(self.template)))
+    self.setup_partition(self.template)
     client_update = self.client_update
 
     def cell_client_update(edge_params, plan, data):
@@ -201,9 +200,9 @@ class HFedAvg(FederatedAlgorithm):
     self.client_update = cell_client_update
     self._edge_aggregate = jax.jit(self.edge_aggregate)
 
-  def setup_partition(self, init_params: PyTree) -> None:
-    """Checks and precomputes the partition of `init_params` (none here)."""
-    del init_params
+  def setup_partition(self, template: PyTree) -> None:
+    """Checks and precomputes the partition of the model (none here)."""
+    del template
 
   # ---- phase 1: every client, its cell, its resources, its submodel -------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
@@ -273,33 +272,43 @@ class HFedAvg(FederatedAlgorithm):
     """E edge rounds of H local steps, each closed by an edge aggregation.
 
     `moved[j]` = x̄^t − x̄_j^{t,e} is carried per cell; a client starts edge
-    round e from its cell's x̄_j^{t,e}. The loop is unrolled (E is small), so
-    it runs the same under compiled backends and the sequential one.
+    round e from its cell's x̄_j^{t,e}, with its round key (e = 0) or the key
+    with e folded in. Inside the compiled round the edge rounds are a
+    `lax.scan` (the client update compiles once, whatever E); under the
+    sequential backend, whose clients run from the host, a Python loop.
     """
-    moved = jax.tree.map(
-        lambda p: jnp.zeros((self.num_segments,) + p.shape, p.dtype), params)
     aircomp_key = jax.random.fold_in(plans.extras['round_key'][0],
                                      _AIRCOMP_STREAM)
-    losses, examples, cell_stats = [], [], []
-    for e in range(self.edge_rounds):
+
+    def edge_round(moved, e):
       edge_params = jax.tree.map(lambda p, m: p[None] - m, params, moved)
-      keys = plans.key if e == 0 else jax.vmap(
-          jax.random.fold_in, in_axes=(0, None))(plans.key, e)
+      keys = jnp.where(e == 0, plans.key, jax.vmap(
+          jax.random.fold_in, in_axes=(0, None))(plans.key, e))
       outputs = run_clients(edge_params, plans.replace(key=keys), data)
-      means, stats = self._edge_aggregate(
-          jax.random.fold_in(aircomp_key, e), outputs.delta, plans)
-      moved = jax.tree.map(jnp.add, moved, means)
-      losses.append(outputs.loss)
-      examples.append(outputs.num_examples)
-      cell_stats.append(stats)
+      means, stats = self._edge_aggregate(jax.random.fold_in(aircomp_key, e),
+                                          outputs.delta, plans)
+      return (jax.tree.map(jnp.add, moved, means),
+              (outputs.loss, outputs.num_examples, stats))
+
+    moved = jax.tree.map(
+        lambda p: jnp.zeros((self.num_segments,) + p.shape, p.dtype), params)
+    if isinstance(plans.key, jax.core.Tracer):
+      moved, (losses, examples, stats) = jax.lax.scan(
+          edge_round, moved, jnp.arange(self.edge_rounds))
+    else:
+      history = []
+      for e in range(self.edge_rounds):
+        moved, per_round = edge_round(moved, e)
+        history.append(per_round)
+      losses, examples, stats = jax.tree.map(lambda *xs: jnp.stack(xs),
+                                             *history)
     # Per client: its cell's statistic, averaged over the edge rounds.
-    extras = {name: jnp.mean(jnp.stack([s[name] for s in cell_stats]),
-                             axis=0)[plans.segment]
-              for name in cell_stats[0]}
+    extras = {name: jnp.mean(value, axis=0)[plans.segment]
+              for name, value in stats.items()}
     return ClientOutput(
         delta=jax.tree.map(lambda m: m[plans.segment], moved),
-        loss=jnp.mean(jnp.stack(losses), axis=0),
-        num_examples=jnp.sum(jnp.stack(examples), axis=0),
+        loss=jnp.mean(losses, axis=0),
+        num_examples=jnp.sum(examples, axis=0),
         extras=extras or None)
 
   # ---- phase 3: the cloud -------------------------------------------------
@@ -352,6 +361,26 @@ class HFedAvg(FederatedAlgorithm):
     return metrics
 
 
+def parameter_shapes(model, input_shape) -> PyTree:
+  """`jax.ShapeDtypeStruct`s of the model's params, in creation order.
+
+  Nothing is computed (`jax.eval_shape`); the order in which `model.init`
+  creates the layers (the forward order the partition rule reads) is recorded
+  while tracing, since jax returns dicts with sorted keys.
+  """
+  created = []
+
+  def init(key, x):
+    params = model.init(key, x)['params']
+    created.extend(flax.traverse_util.flatten_dict(params))
+    return params
+
+  shapes = jax.eval_shape(init, jax.random.PRNGKey(0),
+                          jnp.zeros((1,) + tuple(input_shape)))
+  flat = flax.traverse_util.flatten_dict(shapes)
+  return flax.traverse_util.unflatten_dict({k: flat[k] for k in created})
+
+
 def _count_true(mask: PyTree) -> jax.Array:
   """Number of True entries of a mask pytree (float32 scalar)."""
   return sum(jnp.sum(m).astype(jnp.float32) for m in jax.tree.leaves(mask))
@@ -362,9 +391,9 @@ class HIST(HFedAvg):
 
   name = 'hist'
 
-  def setup_partition(self, init_params: PyTree) -> None:
+  def setup_partition(self, template: PyTree) -> None:
     h = self.hierarchy
-    self.layout = disjoint.partition_layout(init_params)
+    self.layout = disjoint.partition_layout(template)
     for group in self.layout.groups:
       disjoint.uniform_sizes(group.num_units, self.num_segments)
     if h.partition_sizes != 'uniform' and len(self.layout.groups) != 1:

@@ -86,9 +86,12 @@ def _dense_layers(params: PyTree) -> list[tuple]:
 def partition_layout(params: PyTree) -> PartitionLayout:
   """The partitioned neuron groups of `params` (host; shapes only).
 
-  The Dense layers must form one chain in creation order (each kernel's
+  The Dense layers must form one chain in the params' order (each kernel's
   input size equal to the previous one's output size), which holds for the
-  package's MLP, LeNet-5 and CNNs.
+  package's MLP, LeNet-5 and CNNs in creation order, the order `model.init`
+  returns. Jax transformations return dicts with sorted keys, which keeps
+  that order unless layer names sort differently (fc10 before fc2);
+  `algorithms.hist.parameter_shapes` gets shapes in creation order.
 
   Raises:
     ValueError: when the model has no hidden fully connected layer.
