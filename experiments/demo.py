@@ -11,49 +11,18 @@ client's label distribution. Capacities {1/64, 1/16, 1/4, 1} in equal groups
 of clients; an MLP 64-200-200-10. 10 clients per round run 10 SGD steps
 (batch 16, lr 0.1); 300 rounds. Width submodels use the largest width that
 holds a γ share of the parameters (submodel.width_rule='params'), so both
-methods train equally many parameters per client, and no Scaler. The γ-submodels of sizes
-never trained (0.5% … 50%) are evaluated too (unparticipated clients).
+methods train equally many parameters per client, and no Scaler (HeteroFL's
+Scaler divides hidden outputs by r in training; on this norm-free MLP it
+inflates small submodels' logits by 1/r: γ=1/16 local accuracy 14% with it,
+93% without). The γ-submodels of sizes never trained (0.5% … 50%) are
+evaluated too (unparticipated clients).
 """
-from fedjax_het.compare import capacity_columns
-from fedjax_het.config import base_config
+from fiarse.fiarse_setup import FOUR_SIZES, columns, scaled_config
 
-CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 TITLE = 'FIARSE vs HeteroFL on digits, capacities {1/64, 1/16, 1/4, 1}'
-COLUMNS = capacity_columns(CAPACITIES)
-
-
-def shared_config():
-  config = base_config()
-  config.dataset = 'digits'
-  config.num_clients = 50
-  config.partition = 'balanced_dirichlet'
-  config.alpha = 0.3
-  config.local_test = True
-  config.model = 'mlp'
-  config.model_options.hidden = (200, 200)
-  config.capacities = CAPACITIES
-  config.aggregation_weights = 'uniform'
-  config.rounds = 300
-  config.clients_per_round = 10
-  config.local_steps = 10
-  config.batch_size = 16
-  config.client_lr = 0.1
-  config.eval_every = 50
-  config.checkpoint_every = 150
-  config.rounds_per_call = 25
-  config.submodel.width_rule = 'params'
-  # HeteroFL's Scaler (hidden outputs / r in training) is meant for models with
-  # a norm after every layer; on this norm-free MLP it inflates the small
-  # submodels' logits by 1/r and wrecks their training (measured: γ=1/16
-  # local accuracy 14% with it, 93% without).
-  config.submodel.scaler = False
-  config.submodel.eval_capacities = (0.005, 0.01, 0.03, 0.1, 0.5)
-  return config
+COLUMNS = columns(FOUR_SIZES)
 
 
 def get_configs():
-  configs = {}
-  for method in ('fiarse', 'heterofl'):
-    configs[method] = shared_config()
-    configs[method].algorithm = method
-  return configs
+  """FIARSE's scaled protocol (experiments/fiarse/fiarse_setup.py)."""
+  return {m: scaled_config(m) for m in ('fiarse', 'heterofl')}

@@ -78,7 +78,7 @@ def scaled_config(method: str, capacities=FOUR_SIZES):
   config.checkpoint_every = 150
   config.rounds_per_call = 25
   # Equal parameter budgets for width methods on an MLP, and no Scaler on a
-  # norm-free model (experiments/demo.py explains why).
+  # norm-free model (it wrecks small submodels; experiments/demo.py).
   config.submodel.width_rule = 'params'
   config.submodel.scaler = False
   config.submodel.eval_capacities = (0.005, 0.01, 0.03, 0.1, 0.5)
