@@ -141,7 +141,8 @@ def base_config() -> ml_collections.ConfigDict:
       'symbol_s': 1.0 / 14e3,          # t_s (AirComp, 5G NR)
   })
   # Engine.
-  c.backend = 'vmap'           # vmap | map | sequential
+  c.backend = 'auto'           # auto | vmap | map | sequential (auto: map on CPU, vmap on GPU/TPU)
+  c.client_devices = 0         # devices the cohort is sharded over (0: all visible; vmap/map only)
   c.map_chunk_size = 0         # clients vmapped together inside lax.map (0: one at a time)
   c.scan_unroll = 1            # unroll factor of the local-step scan
   c.rounds_per_call = 1        # rounds compiled into one lax.scan call
@@ -202,6 +203,10 @@ def validate(config: ml_collections.ConfigDict,
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ConfigError(f'{key} must be a positive integer, got {value!r}.')
+  for key in ('client_devices', 'map_chunk_size'):
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise ConfigError(f'{key} must be a non-negative integer, got {value!r}.')
   for key, choices in _CHOICES.items():
     if config[key] not in choices:
       raise ConfigError(f'{key} must be one of {", ".join(choices)}, '

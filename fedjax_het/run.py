@@ -26,7 +26,9 @@ import tqdm
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
     models, plots
 from fedjax_het.checkpoint import RunCheckpoints
+from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core.sharding import client_mesh
 
 # Keys that may change when a run is resumed (they do not change the math).
 _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
@@ -169,6 +171,34 @@ class _InterruptFlag:
       signal.signal(signal.SIGINT, self._previous)
 
 
+def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
+  """The round runner of `config`: its backend, sharded over `client_devices`.
+
+  The sequential backend runs on one device; with the default
+  `client_devices=0` it ignores the other devices, while asking for more
+  than one device with it is a ConfigError.
+  """
+  backend = resolve_backend(config.backend)
+  if backend in COMPILED_BACKENDS:
+    devices = config.client_devices
+  elif config.client_devices > 1:
+    raise config_lib.ConfigError(
+        f'backend {backend!r} runs on one device; client_devices='
+        f'{config.client_devices} needs backend vmap, map or auto.')
+  else:
+    devices = 1
+  try:
+    mesh = client_mesh(devices)
+  except ValueError as e:
+    raise config_lib.ConfigError(str(e)) from e
+  if mesh is not None and config.clients_per_round % mesh.devices.size:
+    raise config_lib.ConfigError(
+        f'clients_per_round={config.clients_per_round} cannot be split evenly '
+        f'over {mesh.devices.size} devices; use a multiple of '
+        f'{mesh.devices.size} or set client_devices.')
+  return RoundRunner(algorithm, backend, config.map_chunk_size, mesh)
+
+
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment of `config` in `workdir`.
 
@@ -188,9 +218,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     f.write(config.to_json(indent=2))
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
-  runner = RoundRunner(algorithm, config.backend, config.map_chunk_size)
+  runner = make_runner(config, algorithm)
+  state = runner.place(state)
   evaluate = algorithm.evaluator(split)
-  train_data = split.train.to_device()
+  train_data = runner.place(split.train.to_device())
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   host = new_host_counters()

@@ -11,6 +11,7 @@ batched `ClientPlan` (leading cohort axis) and returns a batched
 - `sequential`: a host loop of one jitted call per client. It is the
   debugging backend (like FedJAX's): a failure or a non-finite loss names the
   client and round. It cannot run inside an outer jit.
+- `auto`: the fastest measured backend of the platform (`resolve_backend`).
 """
 from typing import Any, Callable
 
@@ -23,8 +24,32 @@ from fedjax_het.core.state import ClientOutput, ClientPlan
 PyTree = Any
 ClientUpdate = Callable[[PyTree, ClientPlan, Any], ClientOutput]
 
-BACKENDS = ('vmap', 'map', 'sequential')
+BACKENDS = ('auto', 'vmap', 'map', 'sequential')
 COMPILED_BACKENDS = ('vmap', 'map')
+
+
+def resolve_backend(backend: str, platform: str | None = None) -> str:
+  """The concrete backend for `backend`; 'auto' picks by platform.
+
+  The rule comes from `fedjax-het bench` (README "Speed"). On CPU, `map`
+  (clients one after another inside the compiled round, each client's
+  parameters cache-resident) beat `vmap` and `sequential` on both W-MLP
+  (0.068 vs 0.087 / 0.070 s/round) and W-PFL with im2col convolutions (3.0
+  vs 4.4 / 5.5 s/round) on a 2-core EPYC. On GPU and TPU one vmapped
+  computation fills the device, and a per-client loop pays kernel launches
+  per operation, so 'auto' is `vmap` there.
+
+  Args:
+    backend: one of BACKENDS.
+    platform: 'cpu', 'gpu', 'tpu', ...; default `jax.default_backend()`.
+  """
+  if backend not in BACKENDS:
+    raise ValueError(f'unknown backend {backend!r}; choose one of '
+                     f'{", ".join(BACKENDS)}.')
+  if backend != 'auto':
+    return backend
+  platform = platform or jax.default_backend()
+  return 'map' if platform == 'cpu' else 'vmap'
 
 
 class ClientError(RuntimeError):

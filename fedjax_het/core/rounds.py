@@ -18,6 +18,9 @@ donated. With `sequential` the middle phase is a host loop of per-client jitted
 calls (for debugging and for CPU, where it can be fastest; PERF_NOTES.md).
 The federated data is always an argument, never a closure, so it is not
 compiled into the program as a constant and stays on device between rounds.
+With a device `mesh` (`sharding.client_mesh`) the compiled backends split the
+cohort over the devices (`sharding.shard_clients`); state and data are
+replicated on the mesh once, on the first call.
 """
 import functools
 from typing import Any, Protocol
@@ -25,10 +28,11 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.core import backends
+from fedjax_het.core import backends, sharding
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 
 Metrics = dict[str, jax.Array]
+PyTree = Any
 
 
 class RoundAlgorithm(Protocol):
@@ -60,23 +64,35 @@ class RoundRunner:
 
   Args:
     algorithm: a `RoundAlgorithm`.
-    backend: one of `backends.BACKENDS`.
+    backend: one of `backends.BACKENDS` ('auto' is resolved here).
     map_chunk_size: clients vmapped together inside `lax.map` (backend 'map');
       0 or None maps one client at a time.
+    mesh: a one-axis device mesh to shard the cohort over (compiled backends
+      only), or None for one device.
   """
 
   def __init__(self, algorithm: RoundAlgorithm, backend: str = 'vmap',
-               map_chunk_size: int | None = None):
-    if backend not in backends.BACKENDS:
-      raise ValueError(f'unknown backend {backend!r}; choose one of '
-                       f'{", ".join(backends.BACKENDS)}.')
+               map_chunk_size: int | None = None,
+               mesh: jax.sharding.Mesh | None = None):
+    backend = backends.resolve_backend(backend)
+    if mesh is not None and backend not in backends.COMPILED_BACKENDS:
+      raise ValueError(
+          f'backend {backend!r} runs on one device; shard the cohort over '
+          f'{mesh.devices.size} devices with backend vmap or map, or set '
+          'client_devices=1.')
     self.algorithm = algorithm
     self.backend = backend
     self.map_chunk_size = map_chunk_size or None
+    self.mesh = mesh
     self._plan = jax.jit(algorithm.plan_round)
     self._client = jax.jit(algorithm.client_update)
     self._finish = jax.jit(algorithm.finish_round, donate_argnums=0)
     self._chunks = {}
+
+  def place(self, tree: PyTree) -> PyTree:
+    """`tree` (state or federated data) placed for this runner: replicated on
+    the mesh, or unchanged on one device. Place the data once, not per call."""
+    return tree if self.mesh is None else sharding.replicate(tree, self.mesh)
 
   def round(self, state: ServerState, data) -> tuple[ServerState, Metrics]:
     """One round as a pure traceable function (compiled backends only)."""
@@ -87,6 +103,8 @@ class RoundRunner:
     else:
       run_clients = functools.partial(backends.run_map, update,
                                       chunk_size=self.map_chunk_size)
+    if self.mesh is not None:
+      run_clients = sharding.shard_clients(run_clients, self.mesh)
     outputs = run_local_phase(self.algorithm, state.params, plans, data,
                               run_clients)
     return self.algorithm.finish_round(state, plans, outputs)
@@ -107,6 +125,7 @@ class RoundRunner:
 
     The input state's buffers are donated: use the returned state.
     """
+    state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
       return self._compiled_chunk(num_rounds)(state, data)
     history = []

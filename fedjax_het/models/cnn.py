@@ -28,7 +28,8 @@ class LeNet5(nn.Module):
   * 'same': SAME twice.
   A VALID conv on a map smaller than 5x5 runs with SAME padding and pooling keeps size-1 axes,
   so every padding works on 8x8 digits (classic: 8-8-4-4-2, flatten 64).
-  `norm` ('none', 'static_bn' or 'group') is applied after each conv.
+  `norm` ('none', 'static_bn' or 'group') is applied after each conv. `conv_impl`
+  (layers.CONV_IMPLS) picks XLA's convolutions or im2col matmuls, with the same parameters.
 
   `exits=True` adds ScaleFL's early exits after the three first stages (conv1 block, conv2 block,
   fc1): `exit1` and `exit2` are global average pool + Dense on the pooled conv maps, `exit3` a
@@ -43,6 +44,7 @@ class LeNet5(nn.Module):
   norm: str = 'none'
   num_groups: int = 2
   exits: bool = False
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -59,10 +61,10 @@ class LeNet5(nn.Module):
         pooled = jnp.mean(features, axis=(1, 2)) if features.ndim == 4 else features
         early_logits.append(dense(pooled, self.num_classes, name=name))
 
-    x = conv(x, 6, 5, name='conv1', padding=pad1)
+    x = conv(x, 6, 5, name='conv1', padding=pad1, impl=self.conv_impl)
     x = max_pool2(nn.relu(normalize(x, self.norm, 'norm1', self.num_groups)))
     early_exit(x, 'exit1')
-    x = conv(x, 16, 5, name='conv2', padding=pad2)
+    x = conv(x, 16, 5, name='conv2', padding=pad2, impl=self.conv_impl)
     x = max_pool2(nn.relu(normalize(x, self.norm, 'norm2', self.num_groups)))
     early_exit(x, 'exit2')
     x = nn.relu(dense(flatten(x), 120, name='fc1'))
@@ -82,19 +84,20 @@ class SimpleCNN(nn.Module):
     (specs/csefsl.md §4.2): convs 18,816 (client part x_c) + FC 1,187,774 (server part x_s)
     = 1,206,590 params.
   * 8x8x1: 8-6-4-2, flatten 256.
-  `norm` ('none', 'static_bn' or 'group') is applied after each conv.
+  `norm` ('none', 'static_bn' or 'group') is applied after each conv; `conv_impl` as LeNet5's.
   """
 
   num_classes: int
   norm: str = 'none'
   num_groups: int = 2
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
     del train  # Norms use batch statistics in both modes; there is no dropout.
-    x = conv(x, 32, 3, name='conv1', padding='VALID')
+    x = conv(x, 32, 3, name='conv1', padding='VALID', impl=self.conv_impl)
     x = nn.relu(normalize(x, self.norm, 'norm1', self.num_groups))
-    x = conv(x, 64, 3, name='conv2', padding='VALID')
+    x = conv(x, 64, 3, name='conv2', padding='VALID', impl=self.conv_impl)
     x = nn.relu(normalize(x, self.norm, 'norm2', self.num_groups))
     x = flatten(max_pool2(x))
     x = nn.relu(dense(x, 128, name='fc1'))

@@ -23,15 +23,19 @@ class BasicBlock(nn.Module):
   strides: int
   norm: str
   num_groups: int
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = conv(x, self.features, 3, 'conv1', self.strides, padding=1, use_bias=False)
+    y = conv(x, self.features, 3, 'conv1', self.strides, padding=1, use_bias=False,
+             impl=self.conv_impl)
     y = nn.relu(normalize(y, self.norm, 'norm1', self.num_groups))
-    y = conv(y, self.features, 3, 'conv2', 1, padding=1, use_bias=False)
+    y = conv(y, self.features, 3, 'conv2', 1, padding=1, use_bias=False,
+             impl=self.conv_impl)
     y = normalize(y, self.norm, 'norm2', self.num_groups)
     if self.strides != 1 or x.shape[-1] != self.features:
-      x = conv(x, self.features, 1, 'shortcut_conv', self.strides, padding=0, use_bias=False)
+      x = conv(x, self.features, 1, 'shortcut_conv', self.strides, padding=0, use_bias=False,
+               impl=self.conv_impl)
       x = normalize(x, self.norm, 'shortcut_norm', self.num_groups)
     return nn.relu(y + x)
 
@@ -53,6 +57,8 @@ class ResNet18(nn.Module):
   (times `width`): 4,510 params for 10 classes (11,178,472 in all with static BN), 45,100 for 100.
   Parameters are created in forward order (stem, stage1, exit1, stage2, exit2, ...), which
   `fedjax_het.algorithms.scalefl` reads to tell which exit each module feeds.
+  `conv_impl` (layers.CONV_IMPLS) picks XLA's convolutions or im2col matmuls; parameters and
+  results are the same.
   """
 
   num_classes: int
@@ -60,6 +66,7 @@ class ResNet18(nn.Module):
   norm: str = 'static_bn'
   num_groups: int = 2
   exits: bool = False
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -67,14 +74,15 @@ class ResNet18(nn.Module):
     if not self.width > 0:
       raise ValueError(f'ResNet18 width must be positive, got {self.width}.')
     channels = scaled_channels(RESNET18_CHANNELS, self.width)
-    x = conv(x, channels[0], 3, 'stem_conv', 1, padding=1, use_bias=False)
+    x = conv(x, channels[0], 3, 'stem_conv', 1, padding=1, use_bias=False,
+             impl=self.conv_impl)
     x = nn.relu(normalize(x, self.norm, 'stem_norm', self.num_groups))
     early_logits = []
     for s, (features, strides, blocks) in enumerate(
         zip(channels, RESNET18_STRIDES, RESNET18_BLOCKS)):
       for b in range(blocks):
         x = BasicBlock(
-            features, strides if b == 0 else 1, self.norm, self.num_groups,
+            features, strides if b == 0 else 1, self.norm, self.num_groups, self.conv_impl,
             name=f'stage{s + 1}_block{b + 1}')(x)
       if self.exits and s + 1 < len(channels):
         early_logits.append(

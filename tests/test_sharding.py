@@ -1,0 +1,96 @@
+"""The cohort sharded over a device mesh gives the one-device results.
+
+Four CPU devices are emulated in a subprocess
+(`--xla_force_host_platform_device_count=4` must be set before JAX starts);
+the rest runs in-process on the single CPU device.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+from fedjax_het import run
+from fedjax_het.config import ConfigError, validate
+from fedjax_het.core import backends, sharding
+from fedjax_het.core.rounds import RoundRunner
+from engine_utils import tiny_config, tiny_fedavg
+
+SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
+
+
+@pytest.fixture(scope='module')
+def four_device_report(tmp_path_factory):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4',
+             JAX_PLATFORMS='cpu')
+  result = subprocess.run(
+      [sys.executable, str(SCRIPT), str(tmp_path_factory.mktemp('runs'))],
+      env=env, capture_output=True, text=True, timeout=900,
+      cwd=SCRIPT.parent)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_four_devices_are_emulated(four_device_report):
+  assert four_device_report['devices'] == 4
+
+
+@pytest.mark.parametrize('case', ['fedavg/vmap', 'fedavg/map', 'fiarse/vmap',
+                                  'heterofl/map', 'fedacs/vmap', 'hist/vmap'])
+def test_sharded_rounds_equal_one_device(four_device_report, case):
+  # Per-client work is identical; only the cross-device sum of the
+  # aggregation is ordered differently, so equality is to float32 rounding.
+  diff = four_device_report['cases'][case]
+  assert diff['params'] <= 4 * np.finfo(np.float32).eps * diff['scale']
+  assert diff['metrics'] <= 1e-5
+
+
+def test_sharded_trainer_equals_one_device(four_device_report):
+  for one, sharded in four_device_report['trainer'].values():
+    assert sharded == pytest.approx(one, rel=1e-5)
+
+
+def test_a_cohort_that_does_not_split_evenly_is_refused(four_device_report):
+  assert 'cannot be split evenly over 4 devices' in four_device_report[
+      'indivisible_cohort']
+
+
+def test_one_device_needs_no_mesh_and_too_many_devices_fail_clearly():
+  assert sharding.client_mesh(0) is None
+  assert sharding.client_mesh(1) is None
+  with pytest.raises(ValueError, match='device'):
+    sharding.client_mesh(jax.device_count() + 1)
+
+
+def test_sequential_backend_refuses_a_mesh():
+  algorithm, _, _ = tiny_fedavg()
+  mesh = Mesh(np.asarray(jax.devices()[:1]), (sharding.CLIENT_AXIS,))
+  with pytest.raises(ValueError, match='one device'):
+    RoundRunner(algorithm, 'sequential', mesh=mesh)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'client_devices': -1}, 'client_devices must be a non-negative integer'),
+    ({'client_devices': 99}, 'client_devices=99'),
+    ({'backend': 'sequential', 'client_devices': 2}, 'runs on one device'),
+])
+def test_bad_device_configs_fail_clearly(overrides, message):
+  config = tiny_config(**overrides)
+  algorithm, _, _ = tiny_fedavg()
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+    run.make_runner(config, algorithm)
+
+
+def test_auto_backend_is_map_on_cpu_and_vmap_on_accelerators():
+  assert backends.resolve_backend('auto', 'cpu') == 'map'
+  assert backends.resolve_backend('auto', 'gpu') == 'vmap'
+  assert backends.resolve_backend('auto', 'tpu') == 'vmap'
+  assert backends.resolve_backend('sequential') == 'sequential'
+  with pytest.raises(ValueError, match='unknown backend'):
+    backends.resolve_backend('gpu_magic')
