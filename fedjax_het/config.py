@@ -142,7 +142,7 @@ def base_config() -> ml_collections.ConfigDict:
   })
   # Engine.
   c.backend = 'auto'           # auto | vmap | map | sequential (auto: map on CPU, vmap on GPU/TPU)
-  c.client_devices = 0         # devices the cohort is sharded over (0: all visible; vmap/map only)
+  c.client_devices = 0         # devices the cohort is sharded over (0: as many as split it evenly)
   c.map_chunk_size = 0         # clients vmapped together inside lax.map (0: one at a time)
   c.scan_unroll = 1            # unroll factor of the local-step scan
   c.rounds_per_call = 1        # rounds compiled into one lax.scan call

@@ -174,13 +174,16 @@ class _InterruptFlag:
 def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   """The round runner of `config`: its backend, sharded over `client_devices`.
 
-  The sequential backend runs on one device; with the default
-  `client_devices=0` it ignores the other devices, while asking for more
-  than one device with it is a ConfigError.
+  `client_devices=0` uses the most devices that split the cohort evenly (all
+  of them when clients_per_round is a multiple of the device count); the
+  sequential backend runs on one device, and asking for more than one
+  device with it is a ConfigError.
   """
   backend = resolve_backend(config.backend)
   if backend in COMPILED_BACKENDS:
-    devices = config.client_devices
+    devices = config.client_devices or max(
+        d for d in range(1, jax.device_count() + 1)
+        if config.clients_per_round % d == 0)
   elif config.client_devices > 1:
     raise config_lib.ConfigError(
         f'backend {backend!r} runs on one device; client_devices='

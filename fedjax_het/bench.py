@@ -1,0 +1,252 @@
+"""`fedjax-het bench`: seconds per round of a fixed workload, against two physical limits.
+
+    fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
+                     [--algorithm A] [--num-clients M] [--cohort K] [--cpu-devices N]
+
+Workloads (synthetic data of the papers' shapes; PERF_NOTES.md has the peers' numbers):
+* W-MLP: 1000 clients × 50 examples of 28×28×1, MLP 784-200-200-10, cohort 50,
+  5 SGD steps of batch 10.
+* W-PFL: pfl-research's CIFAR-10 benchmark: the same federation on 32×32×3 with
+  simple_cnn (1.6 M params).
+* W-FIARSE: FIARSE's CIFAR-10 setting: 100 clients × 500 images, ResNet-18 with
+  static BN, cohort 10, 100 steps of batch 20, FIARSE with capacities
+  {1/64, 1/16, 1/4, 1}.
+
+For each run it prints one line per measurement and, last, one JSON object:
+`s_per_round_{median,min,max}` (rounds after one compiling warm-up round, each a
+`RoundRunner.run` call blocked until done), `examples_per_s`, `centralized_s`
+(one model taking the round's cohort × steps minibatches as jitted SGD steps in
+one `lax.scan`: the same arithmetic with no federation), `roofline_s` (the
+round's FLOPs, from XLA's cost analysis of one minibatch step, divided by the
+matmul FLOP/s measured in the same process), `roofline_fraction` = roofline_s /
+median, `memory_s` (XLA's bytes accessed per step over the measured copy
+bandwidth: an upper bound on memory time, as cache hits count as traffic),
+peak memory and the client data size.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import re
+import resource
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_het import algorithms, models, run
+from fedjax_het.config import base_config
+from fedjax_het.data import build_federated, load_dataset
+
+CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """A benchmark federation: model, data shape, cohort and local work."""
+  model: str
+  model_options: dict
+  shape: tuple
+  num_clients: int
+  examples_per_client: int
+  cohort: int
+  local_steps: int
+  batch_size: int
+  algorithm: str = 'fedavg'
+  num_classes: int = 10
+
+
+WORKLOADS = {
+    'W-MLP': Workload('mlp', {'hidden': (200, 200)}, (28, 28, 1), 1000, 50, 50,
+                      5, 10),
+    'W-PFL': Workload('simple_cnn', {}, (32, 32, 3), 1000, 50, 50, 5, 10),
+    'W-FIARSE': Workload('resnet18', {'norm': 'static_bn'}, (32, 32, 3), 100,
+                         500, 10, 100, 20, algorithm='fiarse'),
+}
+
+
+def _times(step: Callable[[Any], Any], state, rounds: int) -> tuple[list, Any]:
+  """Seconds of `rounds` calls of `state = step(state)` after a warm-up call."""
+  state = jax.block_until_ready(step(state))
+  seconds = []
+  for _ in range(rounds):
+    tic = time.perf_counter()
+    state = jax.block_until_ready(step(state))
+    seconds.append(time.perf_counter() - tic)
+  return seconds, state
+
+
+def measure_machine() -> dict:
+  """Best-of-5 f32 matmul FLOP/s and copy bandwidth (bytes read + written) of the default device."""
+  n = 2048 if jax.default_backend() == 'cpu' else 8192
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+  matmul = jax.jit(lambda x: x @ x)
+  matmul_s = min(_times(matmul, a, 5)[0])
+  x = jnp.zeros((1 << 26,), jnp.float32)  # 256 MiB
+  copy_s = min(_times(jax.jit(lambda v: v + 1.0), x, 5)[0])
+  return {'matmul_flops_per_s': 2 * n**3 / matmul_s,
+          'copy_bytes_per_s': 2 * x.nbytes / copy_s}
+
+
+def _cost(jitted, *args) -> tuple[float, float]:
+  analysis = jitted.lower(*args).compile().cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+    analysis = analysis[0]
+  return float(analysis.get('flops', 0.0)), float(analysis.get('bytes accessed', 0.0))
+
+
+def centralized(workload: Workload, model, params, rounds: int) -> dict:
+  """The round's minibatches as one model's jitted SGD steps, and their cost."""
+  steps = workload.cohort * workload.local_steps
+  key_x, key_y = jax.random.split(jax.random.PRNGKey(2))
+  xs = jax.random.normal(key_x, (steps, workload.batch_size, *workload.shape))
+  ys = jax.random.randint(key_y, (steps, workload.batch_size), 0, workload.num_classes)
+
+  def sgd(p, batch):
+    def loss(p):
+      logits = model.apply({'params': p}, batch[0], train=True)
+      return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
+    grads = jax.grad(loss)(p)
+    return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads), None
+
+  flops, bytes_accessed = _cost(jax.jit(lambda p, b: sgd(p, b)[0]), params, (xs[0], ys[0]))
+  run_all = jax.jit(lambda p: jax.lax.scan(sgd, p, (xs, ys))[0])
+  seconds, _ = _times(run_all, params, max(1, min(rounds, 5)))
+  return {'centralized_s': min(seconds), 'round_flops': flops * steps,
+          'round_bytes_accessed': bytes_accessed * steps}
+
+
+def peak_memory() -> tuple[int, str]:
+  """Peak bytes in use on the default device, or the process's peak RSS on CPU."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if 'peak_bytes_in_use' in stats:
+    return int(stats['peak_bytes_in_use']), 'device'
+  scale = 1 if sys.platform == 'darwin' else 1024  # ru_maxrss is KiB on Linux
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 'host_rss'
+
+
+def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,
+                    client_devices: int) -> tuple[dict, Any, Any]:
+  """Times `rounds` rounds of the workload; returns timings, model and initial params."""
+  config = base_config()
+  config.update(dict(
+      algorithm=algorithm, model=workload.model, num_clients=workload.num_clients,
+      clients_per_round=workload.cohort, local_steps=workload.local_steps,
+      batch_size=workload.batch_size, client_lr=0.01, backend=backend,
+      client_devices=client_devices, aggregation_weights='uniform', partition='iid'))
+  config.model_options = dict(workload.model_options)
+  if algorithms.ALGORITHMS[algorithm].supports_capacities:
+    config.capacities = CAPACITIES
+    # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
+    config.submodel.scaler = 'norm' in workload.model_options
+  dataset = load_dataset(
+      'synthetic', seed=0, num_train=workload.num_clients * workload.examples_per_client,
+      num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
+  split = build_federated(dataset, num_clients=workload.num_clients, partition='iid', seed=0)
+  model = models.create_model(workload.model, workload.num_classes, **workload.model_options)
+  params = models.init_params(model, jax.random.PRNGKey(0), workload.shape)
+  method = algorithms.create_algorithm(algorithm, config, model, split.train)
+  runner = run.make_runner(config, method)
+  data = runner.place(split.train.to_device())
+  # The runner donates the state: initialise it from a copy, `params` is returned.
+  state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+  seconds, _ = _times(lambda s: runner.run(s, data, 1)[0], state, rounds)
+  return {'backend': runner.backend,
+          'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
+          'seconds': seconds,
+          'data_bytes_per_client': int(split.train.x[0].nbytes + split.train.y[0].nbytes)
+          }, model, params
+
+
+def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
+              algorithm: str | None = None, client_devices: int = 0,
+              **overrides: int) -> dict:
+  """Runs one benchmark; returns the result dict printed as the last line."""
+  if workload_name not in WORKLOADS:
+    raise ValueError(f'unknown workload {workload_name!r}; choose one of '
+                     f'{", ".join(WORKLOADS)}.')
+  workload = dataclasses.replace(
+      WORKLOADS[workload_name], **{k: v for k, v in overrides.items() if v})
+  algorithm = algorithm or workload.algorithm
+  timed, model, params = federated_round(workload, backend, algorithm, rounds,
+                                         client_devices)
+  limit = centralized(workload, model, params, rounds)
+  machine = measure_machine()
+  seconds = timed.pop('seconds')
+  median = float(np.median(seconds))
+  examples = workload.cohort * workload.local_steps * workload.batch_size
+  roofline_s = limit['round_flops'] / machine['matmul_flops_per_s']
+  memory, memory_source = peak_memory()
+  return {
+      'workload': workload_name, 'algorithm': algorithm, **timed,
+      'platform': jax.default_backend(), 'device_kind': jax.devices()[0].device_kind,
+      'num_clients': workload.num_clients, 'cohort': workload.cohort,
+      'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
+      'rounds_timed': len(seconds),
+      's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
+      's_per_round_max': float(np.max(seconds)),
+      'examples_per_s': examples / median,
+      'centralized_s': limit['centralized_s'],
+      'centralized_ratio': median / limit['centralized_s'],
+      'round_flops': limit['round_flops'],
+      **machine,
+      'roofline_s': roofline_s, 'roofline_fraction': roofline_s / median,
+      'memory_s': limit['round_bytes_accessed'] / machine['copy_bytes_per_s'],
+      'peak_memory_bytes': memory, 'peak_memory_source': memory_source,
+  }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog='fedjax-het bench', description=__doc__.splitlines()[0])
+  parser.add_argument('--workload', default='W-MLP', choices=sorted(WORKLOADS))
+  parser.add_argument('--backend', default='auto',
+                      choices=('auto', 'vmap', 'map', 'sequential'))
+  parser.add_argument('--rounds', type=int, default=10, help='timed rounds (after a warm-up)')
+  parser.add_argument('--algorithm', help="default: the workload's (fedavg, W-FIARSE: fiarse)")
+  parser.add_argument('--num-clients', type=int, default=0, help='clients in the federation')
+  parser.add_argument('--cohort', type=int, default=0, help='clients per round')
+  parser.add_argument('--local-steps', type=int, default=0)
+  parser.add_argument('--client-devices', type=int, default=0,
+                      help='devices to shard the cohort over (0: all)')
+  parser.add_argument('--cpu-devices', type=int, default=0,
+                      help='split the CPU into this many XLA devices (default: '
+                      'one per core, up to 8, as fedjax-het does; CPU only)')
+  args = parser.parse_args(argv)
+  if args.rounds < 1:
+    parser.error('--rounds must be at least 1')
+  return args
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.cpu_devices:
+    # Read when JAX creates its CPU client, on first use (imports do not).
+    flags = re.sub(r'--xla_force_host_platform_device_count=\d+', '',
+                   os.environ.get('XLA_FLAGS', ''))
+    os.environ['XLA_FLAGS'] = (
+        f'{flags} --xla_force_host_platform_device_count={args.cpu_devices}').strip()
+  try:
+    result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
+                       args.client_devices, num_clients=args.num_clients,
+                       cohort=args.cohort, local_steps=args.local_steps)
+  except ValueError as e:
+    print(f'fedjax-het bench: error: {e}', file=sys.stderr)
+    return 2
+  print(f'{result["workload"]} {result["algorithm"]}/{result["backend"]} on '
+        f'{result["devices"]} {result["platform"]} device(s): '
+        f'{result["s_per_round_median"]:.4f} s/round (min {result["s_per_round_min"]:.4f}, '
+        f'max {result["s_per_round_max"]:.4f}), {result["examples_per_s"]:.0f} examples/s')
+  print(f'centralised {result["centralized_s"]:.4f} s ({result["centralized_ratio"]:.2f}x); '
+        f'roofline {result["roofline_s"]:.4f} s at '
+        f'{result["matmul_flops_per_s"] / 1e9:.0f} GFLOP/s '
+        f'({100 * result["roofline_fraction"]:.0f}% reached); memory bound '
+        f'{result["memory_s"]:.4f} s at {result["copy_bytes_per_s"] / 1e9:.1f} GB/s; '
+        f'peak memory {result["peak_memory_bytes"] / 2**20:.0f} MiB '
+        f'({result["peak_memory_source"]})')
+  print(json.dumps(result), flush=True)
+  return 0
