@@ -28,8 +28,9 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--distributed] [--
                        for a comparison (default: experiments/demo.py)
   --workdir DIR        where outputs and checkpoints go (default: runs/<config name>);
                        re-running on the same workdir resumes
-  --distributed        multi-host: jax.distributed.initialize() first (TPU slices,
-                       SLURM, or JAX_COORDINATOR_ADDRESS etc.); run on every host
+  --distributed        multi-host: jax.distributed.initialize() first, which finds
+                       its peers on Cloud TPU slices, SLURM, Open MPI and Kubernetes;
+                       run the same command on every host
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
 
        fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]

@@ -1,14 +1,16 @@
-"""PNG plots of a run's logged metrics (matplotlib, no display needed)."""
-import matplotlib
+"""PNG plots of a run's logged metrics (matplotlib, no display needed).
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+Figures are built with `matplotlib.figure.Figure`, not pyplot, so importing
+this module never changes the user's matplotlib backend (e.g. in a notebook).
+"""
+from matplotlib.figure import Figure
 
 
 def plot_curves(rows: list[dict], path: str, title: str = '') -> None:
   """Test accuracy and train loss against rounds, side by side, as a PNG."""
   rounds = [r['round'] for r in rows]
-  fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
+  fig = Figure(figsize=(10, 3.8))
+  acc_ax, loss_ax = fig.subplots(1, 2)
   acc_ax.plot(rounds, [r['test_accuracy'] for r in rows], marker='.')
   acc_ax.set(xlabel='round', ylabel='test accuracy', title='Test accuracy')
   loss_ax.plot(rounds, [r['train_loss'] for r in rows], marker='.',
@@ -20,7 +22,6 @@ def plot_curves(rows: list[dict], path: str, title: str = '') -> None:
     fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_comparison(bars: dict[str, list], headers: list[str],
@@ -29,8 +30,8 @@ def plot_comparison(bars: dict[str, list], headers: list[str],
   """Grouped bars (one group per header, one bar per method) and, where any
   method has accuracies at ≥ 2 capacities, accuracy against capacity γ."""
   with_sweep = any(len(s) >= 2 for s in sweeps.values())
-  fig, axes = plt.subplots(1, 2 if with_sweep else 1,
-                           figsize=(12 if with_sweep else 8, 4), squeeze=False)
+  fig = Figure(figsize=(12 if with_sweep else 8, 4))
+  axes = fig.subplots(1, 2 if with_sweep else 1, squeeze=False)
   bar_ax = axes[0, 0]
   width = 0.8 / max(1, len(bars))
   for i, (label, values) in enumerate(bars.items()):
@@ -57,4 +58,3 @@ def plot_comparison(bars: dict[str, list], headers: list[str],
     fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)

@@ -251,7 +251,8 @@ class HFedAvg(FederatedAlgorithm):
     h = self.hierarchy
     if h.edge_channel == 'oma':
       means, _ = aggregation.masked_segment_mean(
-          deltas, plans.weight, plans.segment, self.num_segments, plans.mask)
+          deltas, plans.weight, plans.segment, self.num_segments, plans.mask,
+          values_masked=True)
       return means, {}
     gamma = self.config.client_lr
     channel_key, noise_key = jax.random.split(key)

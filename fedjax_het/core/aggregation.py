@@ -53,7 +53,8 @@ def segment_sum(x: jax.Array, segment_ids: jax.Array, num_segments: int,
 
 def masked_segment_mean(values: PyTree, weights: jax.Array,
                         segment_ids: jax.Array, num_segments: int,
-                        masks: PyTree = None) -> tuple[PyTree, PyTree]:
+                        masks: PyTree = None, *,
+                        values_masked: bool = False) -> tuple[PyTree, PyTree]:
   """Per-segment, per-coordinate weighted mean over the client axis.
 
   Args:
@@ -63,6 +64,10 @@ def masked_segment_mean(values: PyTree, weights: jax.Array,
     num_segments: static number of segments S.
     masks: pytree like `values` with 0/1 entries, or None (every client covers
       every coordinate).
+    values_masked: the values are already 0 where their mask is, as client
+      deltas are (`make_client_update` masks them); the numerator then sums
+      the values as they are, with no [C, ...] product materialised (the same
+      numbers, a third of the memory traffic).
 
   Returns:
     (mean, coverage): `mean` is a pytree of [S, ...] arrays; `coverage` holds
@@ -78,7 +83,8 @@ def masked_segment_mean(values: PyTree, weights: jax.Array,
       denominator = segment_sum(weights, segment_ids, num_segments)
     else:
       mask = mask.astype(jnp.float32)
-      numerator = segment_sum(value * mask, segment_ids, num_segments, weights)
+      numerator = segment_sum(value if values_masked else value * mask,
+                              segment_ids, num_segments, weights)
       denominator = segment_sum(mask, segment_ids, num_segments, weights)
     den = _expand(denominator, numerator.ndim)
     covered = den > 0
