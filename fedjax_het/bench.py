@@ -1,7 +1,8 @@
 """`fedjax-het bench`: seconds per round of a fixed workload, against two physical limits.
 
     fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
-                     [--algorithm A] [--num-clients M] [--cohort K] [--cpu-devices N]
+                     [--algorithm A] [--num-clients M] [--cohort K] [--local-steps S]
+                     [--conv-impl auto|xla|im2col] [--client-devices N] [--cpu-devices N]
 
 Workloads (synthetic data of the papers' shapes; PERF_NOTES.md has the peers' numbers):
 * W-MLP: 1000 clients × 50 examples of 28×28×1, MLP 784-200-200-10, cohort 50,
@@ -164,13 +165,18 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
 
 def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
               algorithm: str | None = None, client_devices: int = 0,
-              **overrides: int) -> dict:
+              conv_impl: str = '', **overrides: int) -> dict:
   """Runs one benchmark; returns the result dict printed as the last line."""
   if workload_name not in WORKLOADS:
     raise ValueError(f'unknown workload {workload_name!r}; choose one of '
                      f'{", ".join(WORKLOADS)}.')
   workload = dataclasses.replace(
       WORKLOADS[workload_name], **{k: v for k, v in overrides.items() if v})
+  if conv_impl:
+    if workload.model == 'mlp':
+      raise ValueError(f'{workload_name} has no convolutions (--conv-impl).')
+    workload = dataclasses.replace(
+        workload, model_options={**workload.model_options, 'conv_impl': conv_impl})
   algorithm = algorithm or workload.algorithm
   timed, model, params = federated_round(workload, backend, algorithm, rounds,
                                          client_devices)
@@ -183,6 +189,7 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   memory, memory_source = peak_memory()
   return {
       'workload': workload_name, 'algorithm': algorithm, **timed,
+      'conv_impl': workload.model_options.get('conv_impl', 'auto'),
       'platform': jax.default_backend(), 'device_kind': jax.devices()[0].device_kind,
       'num_clients': workload.num_clients, 'cohort': workload.cohort,
       'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
@@ -211,6 +218,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--num-clients', type=int, default=0, help='clients in the federation')
   parser.add_argument('--cohort', type=int, default=0, help='clients per round')
   parser.add_argument('--local-steps', type=int, default=0)
+  parser.add_argument('--conv-impl', default='', choices=('', 'auto', 'xla', 'im2col'),
+                      help="convolutions of the workload's model (default: auto)")
   parser.add_argument('--client-devices', type=int, default=0,
                       help='devices to shard the cohort over (0: all)')
   parser.add_argument('--cpu-devices', type=int, default=0,
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         f'{flags} --xla_force_host_platform_device_count={args.cpu_devices}').strip()
   try:
     result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
-                       args.client_devices, num_clients=args.num_clients,
+                       args.client_devices, args.conv_impl, num_clients=args.num_clients,
                        cohort=args.cohort, local_steps=args.local_steps)
   except ValueError as e:
     print(f'fedjax-het bench: error: {e}', file=sys.stderr)

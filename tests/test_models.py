@@ -12,6 +12,7 @@ from flax import linen as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedjax_het.models import layers
 from fedjax_het.models import (
     MODELS,
     NORMS,
@@ -385,3 +386,55 @@ def test_create_model_stores_lists_as_tuples():
   model = create_model('mlp', 10, hidden=[300])
   assert model.hidden == (300,)
   hash(model)
+
+
+@pytest.mark.parametrize('kernel_size, strides, padding, hw', [
+    (3, 1, 'VALID', 10), (3, 1, 'SAME', 9), (5, 1, 'SAME', 8), (3, 2, 1, 9),
+    (1, 2, 0, 8), (3, 2, 'SAME', 8), (5, 1, 'VALID', 7)])
+def test_im2col_conv_equals_xla_conv_values_and_gradients(kernel_size, strides, padding, hw):
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, hw, hw, 3))
+
+  def build(impl):
+    class OneConv(nn.Module):
+      @nn.compact
+      def __call__(self, x):
+        return layers.conv(x, 4, kernel_size, 'conv', strides, padding, impl=impl)
+    return OneConv()
+
+  xla, im2col = build('xla'), build('im2col')
+  params = xla.init(jax.random.PRNGKey(1), x)
+  chex.assert_trees_all_equal_shapes(params, im2col.init(jax.random.PRNGKey(1), x))
+
+  def loss(model):
+    return lambda p, x: jnp.sum(jnp.sin(model.apply(p, x)))
+
+  chex.assert_trees_all_close(im2col.apply(params, x), xla.apply(params, x), atol=1e-5)
+  grads = [jax.grad(loss(m), argnums=(0, 1))(params, x) for m in (xla, im2col)]
+  chex.assert_trees_all_close(grads[1], grads[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize('name, options, shape', [
+    ('simple_cnn', {}, (32, 32, 3)), ('lenet5', {}, (28, 28, 1)),
+    ('resnet18', {'width': 0.125, 'norm': 'group'}, (16, 16, 3))])
+def test_models_give_the_same_logits_with_either_conv_impl(name, options, shape):
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, *shape))
+  xla = create_model(name, 10, conv_impl='xla', **options)
+  im2col = create_model(name, 10, conv_impl='im2col', **options)
+  params = init_params(xla, jax.random.PRNGKey(1), shape)
+  chex.assert_trees_all_close(im2col.apply({'params': params}, x),
+                              xla.apply({'params': params}, x), atol=1e-4)
+  with pytest.raises(ValueError, match='conv_impl'):
+    create_model(name, 10, conv_impl='fft', **options).apply({'params': params}, x)
+
+
+@pytest.mark.parametrize('hw', [(8, 8), (7, 9), (1, 6)])
+def test_reshape_max_pool_equals_reduce_window_and_routes_gradients_to_maxima(hw):
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, *hw, 3))
+  window = (min(2, hw[0]), min(2, hw[1]))
+  reference = lambda v: nn.max_pool(v, window, strides=(2, 2), padding='VALID')
+  chex.assert_trees_all_equal(layers.max_pool2(x), reference(x))
+  # Without ties (random normals) the gradients agree exactly too.
+  g = jax.random.normal(jax.random.PRNGKey(1), layers.max_pool2(x).shape)
+  chex.assert_trees_all_equal(
+      jax.grad(lambda v: jnp.sum(layers.max_pool2(v) * g))(x),
+      jax.grad(lambda v: jnp.sum(reference(v) * g))(x))

@@ -212,14 +212,17 @@ class FederatedAlgorithm:
         pseudo_grad, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates), opt_state, state.extras
 
+  def client_payload_bytes(self, state: ServerState,
+                           plans: ClientPlan) -> jax.Array:
+    """float [K]: bytes of the (sub)model each planned client exchanges."""
+    if plans.mask is None:
+      return jnp.full(plans.weight.shape, payload_bytes(state.params))
+    return payload_bytes_per_client(state.params, plans.mask)
+
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
     """Scalars logged per round: loss, examples and bytes exchanged."""
-    if plans.mask is None:
-      per_client_bytes = jnp.full(plans.weight.shape,
-                                  payload_bytes(state.params))
-    else:
-      per_client_bytes = payload_bytes_per_client(state.params, plans.mask)
+    per_client_bytes = self.client_payload_bytes(state, plans)
     uploaded = plans.weight > 0
     return {
         'train_loss': jnp.mean(outputs.loss),

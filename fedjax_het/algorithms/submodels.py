@@ -36,7 +36,8 @@ import numpy as np
 
 from fedjax_het import eval as eval_lib
 from fedjax_het import models
-from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.algorithms.base import (FederatedAlgorithm,
+                                       payload_bytes_per_client)
 from fedjax_het.core import client
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 
@@ -117,8 +118,21 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
     plan = super().plan_clients(state, client_ids, keys)
-    masks, extras = self.level_plan(state, self.client_level[client_ids])
-    return plan.replace(mask=masks, extras=extras)
+    # Submodels depend on the level only: plan every level once ([L, ...]
+    # masks, thresholds and payloads), then give each client its level's.
+    level_masks, level_extras = self.level_plan(
+        state, jnp.arange(len(self.levels)))
+    level_payload = payload_bytes_per_client(state.params, level_masks)
+    levels = self.client_level[client_ids]
+    of_client = lambda x: x[levels]
+    extras = {**jax.tree.map(of_client, level_extras),
+              'payload_bytes': of_client(level_payload)}
+    return plan.replace(mask=jax.tree.map(of_client, level_masks),
+                        extras=extras)
+
+  def client_payload_bytes(self, state, plans):
+    del state
+    return plans.extras['payload_bytes']
 
   def aggregate(self, state: ServerState, plans: ClientPlan,
                 outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:

@@ -26,8 +26,10 @@ _LAYER_LEAVES = ('kernel', 'bias')
 def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   """Build model `name` (one of MODELS) with `num_classes` outputs and its own options.
 
-  Options: mlp(hidden, exits), lenet5(padding, norm, num_groups, exits), simple_cnn(norm,
-  num_groups), resnet18(width, norm, num_groups, exits). `exits=True` adds ScaleFL's early-exit
+  Options: mlp(hidden, exits), lenet5(padding, norm, num_groups, exits, conv_impl),
+  simple_cnn(norm, num_groups, conv_impl), resnet18(width, norm, num_groups, exits, conv_impl).
+  `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
+  (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
   classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits
   of every exit stacked [num_exits, N, num_classes]. Lists are stored as tuples so modules stay
   hashable.
