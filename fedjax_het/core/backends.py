@@ -31,13 +31,14 @@ COMPILED_BACKENDS = ('vmap', 'map')
 def resolve_backend(backend: str, platform: str | None = None) -> str:
   """The concrete backend for `backend`; 'auto' picks by platform.
 
-  The rule comes from `fedjax-het bench` (README "Speed"). On CPU, `map`
-  (clients one after another inside the compiled round, each client's
-  parameters cache-resident) beat `vmap` and `sequential` on both W-MLP
-  (0.068 vs 0.087 / 0.070 s/round) and W-PFL with im2col convolutions (3.0
-  vs 4.4 / 5.5 s/round) on a 2-core EPYC. On GPU and TPU one vmapped
-  computation fills the device, and a per-client loop pays kernel launches
-  per operation, so 'auto' is `vmap` there.
+  The rule comes from `fedjax-het bench` (README "Speed", 2-core EPYC). On
+  CPU `map` (clients one after another inside the compiled round, each
+  client's parameters cache-resident) was fastest on W-MLP (0.065 s/round on
+  one device vs vmap 0.087 and sequential 0.082); on W-PFL with im2col
+  convolutions it tied with sequential (3.16 vs 3.00; vmap 3.70), and unlike
+  sequential it shards over devices (2 CPU devices: 0.028 and 2.85). On GPU
+  and TPU one vmapped computation fills the device, and a per-client loop
+  pays kernel launches per operation, so 'auto' is `vmap` there.
 
   Args:
     backend: one of BACKENDS.
