@@ -16,13 +16,13 @@ Workloads (synthetic data of the papers' shapes; PERF_NOTES.md has the peers' nu
 For each run it prints one line per measurement and, last, one JSON object:
 `s_per_round_{median,min,max}` (rounds after one compiling warm-up round, each a
 `RoundRunner.run` call blocked until done), `examples_per_s`, `centralized_s`
-(one model taking the round's cohort × steps minibatches as jitted SGD steps in
-one `lax.scan`: the same arithmetic with no federation), `roofline_s` (the
-round's FLOPs, from XLA's cost analysis of one minibatch step, divided by the
-matmul FLOP/s measured in the same process), `roofline_fraction` = roofline_s /
-median, `memory_s` (XLA's bytes accessed per step over the measured copy
-bandwidth: an upper bound on memory time, as cache hits count as traffic),
-peak memory and the client data size.
+(one model taking the round's cohort × steps minibatches as jitted SGD steps
+in one `lax.scan`, best of up to 5 runs: the same arithmetic with no
+federation), `roofline_s` (the round's FLOPs, from XLA's cost analysis of one
+minibatch step, divided by the matmul FLOP/s measured in the same process),
+`roofline_fraction` = roofline_s / median, `memory_s` (XLA's bytes accessed
+per step over the measured copy bandwidth: an upper bound on memory time, as
+cache hits count as traffic), peak memory and the client data size.
 """
 import argparse
 import dataclasses
