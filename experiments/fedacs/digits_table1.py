@@ -17,34 +17,14 @@ q ~ U(0.4, 0.5) every round, clients 10–19 T ~ U{20..30} and q ~ U(0, 0.1)), s
 on, ω ∝ examples held, an MLP 64-200-10 (a CNN on 8×8 digits is ~25× slower here and learns no
 better), batch 16, η₁ = 0.05, threshold 70% as the paper's MNIST.
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1 (dynamic systems), scaled: digits, one class per client'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'digits'
-  config.num_clients = 20
-  config.partition = 'one_class'
-  config.model = 'mlp'
-  config.model_options.hidden = (200,)
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 16
-  config.client_lr = 0.05
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'dynamic'
-  config.target_accuracy = 0.7
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 200
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('digits', 'dynamic'))

@@ -13,37 +13,14 @@ As digits_table1.py but with the paper's static systems (App. I.3.1): client m k
 T_m ∈ {1, 3, …, 39} local steps and success probability 1 − q_m ∈ {0.60, 0.62, …, 0.98}, the two
 lists assigned to clients by independent seeded permutations (the paper leaves the pairing open).
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 4 (static systems), scaled: digits, one class per client'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'digits'
-  config.num_clients = 20
-  config.partition = 'one_class'
-  config.model = 'mlp'
-  config.model_options.hidden = (200,)
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 16
-  config.client_lr = 0.05
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'static'
-  config.systems.local_work = tuple(range(1, 40, 2))
-  config.systems.q = tuple(round(0.40 - 0.02 * i, 2) for i in range(20))
-  config.systems.shuffle = True
-  config.target_accuracy = 0.7
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 200
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('digits', 'static'))

@@ -15,36 +15,14 @@ R = 200, the paper's dynamic systems (config.systems defaults), η₁ = 0.03, ba
 registered model to the paper's CIFAR CNN (conv32-conv32-FC256-FC64; Table 3, spec §4.3), which
 fedjax_het.models does not provide. CINIC-10 (the third column) has no dataset source here.
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1, CIFAR-10: dynamic systems, Dirichlet(0.1)'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'cifar10'
-  config.dataset_options.normalize = True
-  config.num_clients = 20
-  config.partition = 'dirichlet'
-  config.alpha = 0.1
-  config.model = 'lenet5'
-  config.model_options = {}
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 1024
-  config.client_lr = 0.03
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'dynamic'
-  config.target_accuracy = 0.4
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 50
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('cifar10', 'dynamic'))

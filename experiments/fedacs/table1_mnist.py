@@ -18,34 +18,14 @@ steps, η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examp
 closest registered model to the paper's PyTorch-MNIST CNN (Table 3; spec §4.3), which
 fedjax_het.models does not provide.
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1, MNIST: dynamic systems, one class per client'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'mnist'
-  config.num_clients = 20
-  config.partition = 'one_class'
-  config.model = 'lenet5'
-  config.model_options = {}
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 512
-  config.client_lr = 0.02
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'dynamic'
-  config.target_accuracy = 0.7
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 50
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('mnist', 'dynamic'))

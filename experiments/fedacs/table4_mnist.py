@@ -11,37 +11,14 @@ As table1_mnist.py (same model stand-in) with the paper's static systems (App. I
 keeps T_m ∈ {1, 3, …, 39} and 1 − q_m ∈ {0.60, 0.62, …, 0.98}, assigned to clients by independent
 seeded permutations (the pairing is not stated; spec §6 #5).
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 4, MNIST: static systems, one class per client'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'mnist'
-  config.num_clients = 20
-  config.partition = 'one_class'
-  config.model = 'lenet5'
-  config.model_options = {}
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 512
-  config.client_lr = 0.02
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'static'
-  config.systems.local_work = tuple(range(1, 40, 2))
-  config.systems.q = tuple(round(0.40 - 0.02 * i, 2) for i in range(20))
-  config.systems.shuffle = True
-  config.target_accuracy = 0.7
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 50
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('mnist', 'static'))

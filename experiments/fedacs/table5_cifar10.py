@@ -11,36 +11,15 @@ Paper:     Table 5, rounds to threshold (35%, 35%, 40%): FedACS 107 / 51 / 36, F
 
 As table1_cifar10.py (same model stand-in, see there) with α = 0.05 and threshold 35% by default.
 """
+from fedacs_setup import shared_config
+
 from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
-from fedjax_het.config import base_config
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 5, CIFAR-10: dynamic systems, Dirichlet α sweep'
 
 
-def shared_config():
-  config = base_config()
-  config.algorithm = 'fedacs'
-  config.dataset = 'cifar10'
-  config.dataset_options.normalize = True
-  config.num_clients = 20
-  config.partition = 'dirichlet'
-  config.alpha = 0.05
-  config.model = 'lenet5'
-  config.model_options = {}
-  config.rounds = 200
-  config.clients_per_round = 6
-  config.batch_size = 1024
-  config.client_lr = 0.03
-  config.aggregation_weights = 'examples'
-  config.systems.model = 'dynamic'
-  config.target_accuracy = 0.35
-  config.eval_every = 1
-  config.rounds_per_call = 1
-  config.checkpoint_every = 50
-  return config
-
-
 def get_configs():
   """The seven methods on the shared setting (a comparison, fedjax_het.compare)."""
-  return family_configs(shared_config())
+  return family_configs(shared_config('cifar10', 'dynamic', alpha=0.05,
+                                       target_accuracy=0.35))

@@ -109,3 +109,14 @@ def aircomp(config, snr_db: float, channel: str = 'aircomp'):
   config.hierarchy.snr_db_slow = config.hierarchy.snr_db_fast = snr_db
   config.hierarchy.cpu_ghz_slow = (2.0, 4.0)
   return config
+
+
+def table_configs(model: str) -> dict:
+  """Tables I–II's grid: HIST and HFedAvg × N ∈ {2, 4} cells × non-iid/iid."""
+  configs = {}
+  for setting in ('noniid', 'iid'):
+    for n in (2, 4):
+      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
+        configs[f'{label} N={n} {setting}'] = paper_config(
+            algorithm, model, num_cells=n, setting=setting)
+  return configs

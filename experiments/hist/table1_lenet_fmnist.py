@@ -19,16 +19,10 @@ target and the HIST/HFedAvg MB ratio. 'iid' here is fully i.i.d., not the paper'
 split (hist_setup.py).
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import paper_config
+from hist_setup import table_configs
 
 TITLE = 'HIST Table I: LeNet-5 on Fashion-MNIST, cost to 80%'
 
 
 def get_configs():
-  configs = {}
-  for setting in ('noniid', 'iid'):
-    for n in (2, 4):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
-        configs[f'{label} N={n} {setting}'] = paper_config(
-            algorithm, 'lenet5', num_cells=n, setting=setting)
-  return configs
+  return table_configs('lenet5')

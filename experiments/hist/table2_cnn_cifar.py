@@ -16,16 +16,10 @@ The model is the package's simple_cnn, not the paper's CNN (hist_setup.py): abso
 the ratios are the comparison.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import paper_config
+from hist_setup import table_configs
 
 TITLE = 'HIST Table II: CNN on CIFAR-10, cost to 70%'
 
 
 def get_configs():
-  configs = {}
-  for setting in ('noniid', 'iid'):
-    for n in (2, 4):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
-        configs[f'{label} N={n} {setting}'] = paper_config(
-            algorithm, 'cnn', num_cells=n, setting=setting)
-  return configs
+  return table_configs('cnn')
