@@ -11,7 +11,7 @@ slots), AirComp-HIST's falls from n_j = 10 to 20 and rises past 25. Other settin
 4·n_j clients with 2 label shards each.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import paper_config
+from hist_setup import METHODS, paper_config
 
 TITLE = 'HIST Fig. 7(c): latency to 80% against n_j'
 
@@ -20,7 +20,7 @@ def get_configs():
   configs = {}
   for n_j in (10, 15, 20, 25, 30):
     for channel in ('aircomp', 'oma'):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
+      for algorithm, label in METHODS:
         config = paper_config(algorithm, 'fcnn', num_cells=4, local_steps=40,
                               num_clients=4 * n_j)
         config.hierarchy.edge_channel = channel

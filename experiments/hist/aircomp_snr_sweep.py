@@ -12,17 +12,11 @@ we use {−20, −10, 0, 10, 20, 30} dB (spec §7 item 14). AirComp noise is rea
 variance MSE = 1/(SNR·g) per element (Eq. 25); --config.hierarchy.aircomp_noise=complex halves it.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import SNR_GRID_DB, aircomp, paper_config
+from hist_setup import paper_config, snr_sweep_configs
 
 TITLE = 'HIST Fig. 7: AirComp vs OMA over the SNR (cost to 80%)'
 
 
 def get_configs():
-  configs = {}
-  for snr in SNR_GRID_DB:
-    for channel in ('aircomp', 'oma'):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
-        configs[f'{channel.upper()}-{label} {snr:+g} dB'] = aircomp(
-            paper_config(algorithm, 'fcnn', num_cells=4, local_steps=40), snr,
-            channel)
-  return configs
+  return snr_sweep_configs(lambda algorithm: paper_config(
+      algorithm, 'fcnn', num_cells=4, local_steps=40))

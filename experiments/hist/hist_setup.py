@@ -111,12 +111,28 @@ def aircomp(config, snr_db: float, channel: str = 'aircomp'):
   return config
 
 
+# The compared methods and their labels in tables.
+METHODS = (('hist', 'HIST'), ('hfedavg', 'HFedAvg'))
+
+
 def table_configs(model: str) -> dict:
   """Tables I–II's grid: HIST and HFedAvg × N ∈ {2, 4} cells × non-iid/iid."""
   configs = {}
   for setting in ('noniid', 'iid'):
     for n in (2, 4):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
+      for algorithm, label in METHODS:
         configs[f'{label} N={n} {setting}'] = paper_config(
             algorithm, model, num_cells=n, setting=setting)
+  return configs
+
+
+def snr_sweep_configs(base) -> dict:
+  """Fig. 7's grid: AirComp and OMA × HIST and HFedAvg × SNR_GRID_DB, each
+  from `base(algorithm)`, a config of the sweep's setting."""
+  configs = {}
+  for snr in SNR_GRID_DB:
+    for channel in ('aircomp', 'oma'):
+      for algorithm, label in METHODS:
+        configs[f'{channel.upper()}-{label} {snr:+g} dB'] = aircomp(
+            base(algorithm), snr, channel)
   return configs

@@ -10,7 +10,7 @@ Paper's shape (Table II, CIFAR, 70%): HIST needs 1/1.9 (N = 2) and 1/3.4 (N = 4)
 HFedAvg's MB per client.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import scaled_config
+from hist_setup import METHODS, scaled_config
 
 TITLE = 'HIST vs HFedAvg on digits (scaled), cost to 90%'
 TARGET = 0.9
@@ -19,7 +19,7 @@ TARGET = 0.9
 def get_configs():
   configs = {}
   for n in (2, 4, 6):
-    for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
+    for algorithm, label in METHODS:
       config = scaled_config(algorithm, n, rounds=60, target=TARGET)
       configs[f'{label} N={n}'] = config
   return configs

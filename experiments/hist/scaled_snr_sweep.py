@@ -11,18 +11,12 @@ Paper's shape (Fig. 7): AirComp-HIST as accurate as OMA-HIST above −10 dB, osc
 −20 dB; latency to target falls with the SNR and AirComp-HIST is fastest at every SNR.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
-from hist_setup import SNR_GRID_DB, aircomp, scaled_config
+from hist_setup import scaled_config, snr_sweep_configs
 
 TITLE = 'AirComp vs OMA on digits (scaled), N = 4, cost to 90%'
 TARGET = 0.9
 
 
 def get_configs():
-  configs = {}
-  for snr in SNR_GRID_DB:
-    for channel in ('aircomp', 'oma'):
-      for algorithm, label in (('hist', 'HIST'), ('hfedavg', 'HFedAvg')):
-        configs[f'{channel.upper()}-{label} {snr:+g} dB'] = aircomp(
-            scaled_config(algorithm, 4, rounds=50, target=TARGET), snr,
-            channel)
-  return configs
+  return snr_sweep_configs(lambda algorithm: scaled_config(
+      algorithm, 4, rounds=50, target=TARGET))
