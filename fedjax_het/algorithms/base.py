@@ -38,23 +38,18 @@ from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
 PyTree = Any
 
 
-def payload_bytes(params: PyTree, mask: PyTree = None) -> jax.Array:
-  """Bytes of the (sub)model a client exchanges: Σ_leaves |mask| · itemsize."""
-  if mask is None:
-    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
-    return jnp.asarray(total, jnp.float32)
-  sizes = jax.tree.map(
-      lambda p, m: jnp.sum(m != 0).astype(jnp.float32) * p.dtype.itemsize,
-      params, mask)
-  return sum(jax.tree.leaves(sizes))
+def payload_bytes(params: PyTree) -> jax.Array:
+  """Bytes of the full model a client exchanges: Σ_leaves size · itemsize."""
+  total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+  return jnp.asarray(total, jnp.float32)
 
 
 def payload_bytes_per_client(params: PyTree, masks: PyTree) -> jax.Array:
-  """`payload_bytes` of each client's mask: float [C] from [C, ...] masks.
+  """Bytes of each client's submodel: float [C], Σ_leaves |mask_c| · itemsize.
 
   Counts with one matrix-vector product per leaf ([C, size] @ 1 -> [C],
-  exact in float32 below 2^24 entries per leaf); the vmapped scalar
-  `payload_bytes` lowered to a reduction several times slower on CPU.
+  exact in float32 below 2^24 entries per leaf); a vmapped per-client count
+  lowered to a reduction several times slower on CPU.
   """
   def leaf_bytes(p, m):
     rows = (m != 0).reshape(m.shape[0], -1).astype(jnp.float32)
