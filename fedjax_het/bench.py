@@ -39,9 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het import algorithms, models, run
+from fedjax_het import algorithms, run
 from fedjax_het.config import base_config
-from fedjax_het.data import build_federated, load_dataset
 
 CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 
@@ -138,19 +137,17 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
       algorithm=algorithm, model=workload.model, num_clients=workload.num_clients,
       clients_per_round=workload.cohort, local_steps=workload.local_steps,
       batch_size=workload.batch_size, client_lr=0.01, backend=backend,
-      client_devices=client_devices, aggregation_weights='uniform', partition='iid'))
+      client_devices=client_devices, aggregation_weights='uniform', partition='iid',
+      dataset='synthetic', seed=0))
+  config.dataset_options = dict(
+      num_train=workload.num_clients * workload.examples_per_client,
+      num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
   config.model_options = dict(workload.model_options)
   if algorithms.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
     config.submodel.scaler = 'norm' in workload.model_options
-  dataset = load_dataset(
-      'synthetic', seed=0, num_train=workload.num_clients * workload.examples_per_client,
-      num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
-  split = build_federated(dataset, num_clients=workload.num_clients, partition='iid', seed=0)
-  model = models.create_model(workload.model, workload.num_classes, **workload.model_options)
-  params = models.init_params(model, jax.random.PRNGKey(0), workload.shape)
-  method = algorithms.create_algorithm(algorithm, config, model, split.train)
+  split, model, params, method = run.build_experiment(config)
   runner = run.make_runner(config, method)
   data = runner.place(split.train.to_device())
   # The runner donates the state: initialise it from a copy, `params` is returned.
