@@ -14,7 +14,7 @@ with m the submodel mask ('mask', App. C.1 Eq. 12) or 1{Δ_ij ≠ 0} ('nonzero',
 Sec. 3's Agg and FIARSE's code), and w_i from `aggregation_weights`
 (FIARSE and HeteroFL count clients: 'uniform').
 
-A method supplies `level_plan` (per-client masks and extras), the forward it
+A method supplies `level_plan` (masks and extras of capacity levels), the forward it
 trains (`forward_params`) and `eval_mask(params, γ)`, the submodel any
 client of capacity γ gets from the global model — also sizes never trained.
 

@@ -97,10 +97,6 @@ class RoundRunner:
   def round(self, state: ServerState, data) -> tuple[ServerState, Metrics]:
     """One round as a pure traceable function (compiled backends only)."""
     plans = self.algorithm.plan_round(state, data)
-    if self.mesh is not None:
-      # Per-client plan arrays (masks, keys) are built on the device that
-      # trains the client, not replicated on every device.
-      plans = sharding.shard_cohort(plans, self.mesh)
     update = self.algorithm.client_update
     if self.backend == 'vmap':
       run_clients = functools.partial(backends.run_vmap, update)

@@ -60,13 +60,6 @@ def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
   return jax.tree.map(place, tree)
 
 
-def shard_cohort(tree: PyTree, mesh: Mesh) -> PyTree:
-  """Constrains [K, ...] per-client arrays (inside jit) to be split on their cohort axis."""
-  sharding = NamedSharding(mesh, PartitionSpec(CLIENT_AXIS))
-  return jax.tree.map(
-      lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
-
-
 def shard_clients(run_clients: Callable, mesh: Mesh) -> Callable:
   """`run_clients(params, plans, data)` with the cohort split over `mesh`.
 
