@@ -27,8 +27,6 @@ cache hits count as traffic), peak memory and the client data size.
 import argparse
 import dataclasses
 import json
-import os
-import re
 import resource
 import sys
 import time
@@ -41,6 +39,7 @@ import optax
 
 from fedjax_het import algorithms, run
 from fedjax_het.config import base_config
+from fedjax_het.core import sharding
 
 CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 
@@ -231,11 +230,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.cpu_devices:
-    # Read when JAX creates its CPU client, on first use (imports do not).
-    flags = re.sub(r'--xla_force_host_platform_device_count=\d+', '',
-                   os.environ.get('XLA_FLAGS', ''))
-    os.environ['XLA_FLAGS'] = (
-        f'{flags} --xla_force_host_platform_device_count={args.cpu_devices}').strip()
+    sharding.set_cpu_device_count(args.cpu_devices)
   try:
     result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
                        args.client_devices, args.conv_impl, num_clients=args.num_clients,

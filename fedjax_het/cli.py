@@ -18,6 +18,7 @@ import jax
 import ml_collections
 
 from fedjax_het.config import OPEN_DICTS, ConfigError
+from fedjax_het.core import sharding
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'demo.py')
@@ -203,12 +204,10 @@ def split_cpu_into_devices() -> None:
   yet, so the installed `fedjax-het` command calls it first thing; a library
   user sets `XLA_FLAGS=--xla_force_host_platform_device_count=N` instead.
   """
-  flags = os.environ.get('XLA_FLAGS', '')
-  if 'xla_force_host_platform_device_count' in flags:
+  if 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''):
     return
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-  count = max(1, min(cores or 1, MAX_CPU_DEVICES))
-  os.environ['XLA_FLAGS'] = f'{flags} --xla_force_host_platform_device_count={count}'.strip()
+  sharding.set_cpu_device_count(max(1, min(cores or 1, MAX_CPU_DEVICES)))
 
 
 def console_main() -> None:

@@ -14,7 +14,9 @@ as one JSON line. `--cpu-devices` splits the CPU into XLA devices (the
 """
 import argparse
 import json
-import os
+
+from fedjax_het import bench
+from fedjax_het.core import sharding
 
 
 def main():
@@ -25,9 +27,7 @@ def main():
   parser.add_argument('--algorithms', default='fedavg,fiarse,heterofl')
   parser.add_argument('--cpu-devices', type=int, default=1)
   args = parser.parse_args()
-  os.environ['XLA_FLAGS'] = (f'{os.environ.get("XLA_FLAGS", "")} '
-                             f'--xla_force_host_platform_device_count={args.cpu_devices}')
-  from fedjax_het import bench  # pylint: disable=g-import-not-at-top
+  sharding.set_cpu_device_count(args.cpu_devices)
   results = []
   for algorithm in args.algorithms.split(','):
     for backend in args.backends.split(','):

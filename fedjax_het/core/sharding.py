@@ -18,6 +18,8 @@ devices: the tests use it to check that a sharded round equals a one-device
 round, and on a multi-core CPU it runs clients on separate cores.
 """
 import functools
+import os
+import re
 from typing import Any, Callable
 
 import jax
@@ -26,6 +28,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 PyTree = Any
 CLIENT_AXIS = 'clients'
+_CPU_DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
+
+
+def set_cpu_device_count(count: int) -> None:
+  """Makes XLA split the CPU into `count` devices (replacing any count in XLA_FLAGS).
+
+  XLA reads the flag when JAX creates its CPU client, on first use of a
+  device (imports do not): call this before anything touches devices.
+  """
+  flags = re.sub(_CPU_DEVICE_COUNT_FLAG + r'=\d+', '', os.environ.get('XLA_FLAGS', ''))
+  os.environ['XLA_FLAGS'] = f'{flags.strip()} {_CPU_DEVICE_COUNT_FLAG}={count}'.strip()
 
 
 def client_mesh(num_devices: int = 0) -> Mesh | None:
