@@ -95,15 +95,15 @@ def test_time_averaged_iterate_settles_at_each_methods_fixed_point():
           < distance['fedavg_het'])
 
 
-def one_round_updates(method, config, n, form='paper', extras=None):
+def one_round_updates(method, config, n, form='paper', clients=None):
   """X_1 − X_0 from X_0 = 0 over n independent draws of round 0's randomness."""
   engine_config = quadratic.algorithm_config(config, method)
   engine_config.fedacs.fedvarp_form = form
   data = quadratic.quadratic_data(config.optima)
   algorithm = quadratic.quadratic_algorithm(engine_config, data)
   state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
-  if extras is not None:
-    state = state.replace(extras=extras(state.extras))
+  if clients is not None:
+    state = state.replace(clients=clients(state.clients))
   runner = RoundRunner(algorithm, 'vmap')
   step = jax.jit(jax.vmap(
       lambda r: runner.round(state.replace(round=r), data)[0].params['x'][0]))
@@ -162,8 +162,8 @@ def test_fedvarp_expectation_with_a_memory(form):
     expected = np.sum(w * (1 - q) * updates) - np.sum(w * q * memory)
   else:  # SAGA: (1/K) Σ_received (U − y) + Σ ω y, with y = −delta
     expected = np.sum(w * (1 - q) * (updates + memory)) - np.sum(w * memory)
-  extras = lambda x: {**x, 'memory': {'x': jnp.asarray(memory)[:, None]}}
-  samples = one_round_updates('fedvarp', config, MC_ROUNDS, form, extras)
+  clients = lambda x: {**x, 'memory': {'x': jnp.asarray(memory)[:, None]}}
+  samples = one_round_updates('fedvarp', config, MC_ROUNDS, form, clients)
   assert_expectation(samples, expected, other=np.sum(w * (1 - q) * updates))
 
 
@@ -178,12 +178,12 @@ def test_fedau_expectation_with_interval_statistics():
   participation = (1 - q) * (1 - (1 - w)**k)  # P(m ∈ S̃)
   expected = np.sum(participation * w * omega_hat * updates)
 
-  def extras(x):
+  def clients(x):
     return {**x, 'fedau': {'since': jnp.zeros(e.size),
                            'interval_sum': jnp.asarray(sums, jnp.float32),
                            'interval_count': jnp.asarray(counts, jnp.float32)}}
 
-  samples = one_round_updates('fedau', config, MC_ROUNDS, extras=extras)
+  samples = one_round_updates('fedau', config, MC_ROUNDS, clients=clients)
   assert_expectation(samples, expected)
 
 

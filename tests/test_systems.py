@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from fedjax_het.config import base_config
-from fedjax_het.core import client
+from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan
 from fedjax_het.data import FederatedData
 from fedjax_het.systems.heterogeneity import Heterogeneity
@@ -151,13 +151,16 @@ def run_linear_solver(steps, lr, momentum=0.0, prox_mu=0.0):
                        y=np.zeros((1, 4), np.int32),
                        counts=np.array([4], np.int32))
 
-  def loss(params, x, y, plan, ctx):
+  def loss(local, x, y, plan, ctx):
     del x, y, plan
+    params = local.params
     prox = 0.5 * prox_mu * jnp.sum(jnp.square(params - ctx.global_params))
     return jnp.sum(params) + prox
 
-  update = client.make_client_update(loss, client.sgd_factory(momentum), data,
-                                     max_steps=12, batch_size=2)
+  solver = program.sgd_program(loss, program.sgd_factory(momentum),
+                               num_steps=12, batch_size=2)
+  update = lambda params, plan, data: program.run_program(
+      solver, program.LocalModel(params), plan, data, min_count=4)
   k = len(steps)
   plans = ClientPlan(client_id=jnp.zeros(k, jnp.int32),
                      key=jax.random.split(jax.random.PRNGKey(0), k),

@@ -12,16 +12,26 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
   the submodel).
 - `loss(params, x, y, plan, ctx)`: the local objective of a batch (default:
   cross-entropy of the forward with `forward_params`).
-- `aggregate(state, plans, outputs)`: the new global parameters (default: the
+- `client_optimizer()`, `client_program()`: the local solver (default: optax
+  SGD steps on the loss, `core.program.sgd_program`); a method with two
+  phases or step outputs returns its own program.
+- `init_clients(params)`, `program_client_state(state, plans)`: per-client
+  persistent state (`ServerState.clients`) and the rows the clients see.
+- `start_models(state, plans)`: a table of start models clients pick rows of
+  by `plan.start_model` (default none: everyone starts at the global model).
+- `local_phase(state, plans, data, clients)`: the local phase (default: one
+  `clients.map` of the program over the cohort).
+- `aggregate(state, plans, outputs)`: the next server state (default: the
   masked weighted mean of the deltas as the server optimiser's
-  pseudo-gradient).
+  pseudo-gradient; the clients' returned state rows written back).
 
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
-`client_update` and `finish_round`; all are pure and jit-able. The federated
+`local_phase` and `finish_round`; all are pure and jit-able. The federated
 data (`FederatedData`) is passed to them as an argument on every call; the
 algorithm only reads static facts (sizes, counts) from the data it is built
 with.
 """
+import functools
 from typing import Any, Callable
 
 import jax
@@ -31,9 +41,10 @@ import optax
 
 from fedjax_het import eval as eval_lib
 from fedjax_het.data import augment
-from fedjax_het.core import aggregation, client, sampling
+from fedjax_het.core import aggregation, client_state, program, sampling
+from fedjax_het.core.backends import Clients
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
-                                   StepContext)
+                                   StepContext, round_key)
 
 PyTree = Any
 
@@ -56,6 +67,12 @@ def payload_bytes_per_client(params: PyTree, masks: PyTree) -> jax.Array:
     return rows @ jnp.ones(rows.shape[1], jnp.float32) * p.dtype.itemsize
 
   return sum(jax.tree.leaves(jax.tree.map(leaf_bytes, params, masks)))
+
+
+def mean_over_active(values: jax.Array, active: jax.Array) -> jax.Array:
+  """Mean of per-slot `values` [K] over the active slots (0 if none)."""
+  count = jnp.sum(active)
+  return jnp.sum(jnp.where(active, values, 0.0)) / jnp.maximum(count, 1)
 
 
 def occurrence_index(client_ids: jax.Array) -> jax.Array:
@@ -99,12 +116,8 @@ class FederatedAlgorithm:
     self.num_clients = int(data.counts.shape[0])
     self.client_counts = jnp.asarray(data.counts, jnp.int32)
     self.cohort_size = int(config.clients_per_round)
-    self.client_update = client.make_client_update(
-        self.loss, client.sgd_factory(config.client_momentum,
-                                      config.client_weight_decay),
-        data, max_steps=self.max_local_steps(), batch_size=config.batch_size,
-        scan_unroll=config.scan_unroll,
-        augment=augment.get_augmentation(config.augment))
+    # Static facts of the data the client programs read (batch sampling).
+    self.min_client_count = int(jnp.min(self.client_counts))
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
@@ -115,8 +128,31 @@ class FederatedAlgorithm:
     momentum = self.config.server_momentum or None
     return optax.sgd(self.config.server_lr, momentum=momentum)
 
+  def client_optimizer(self) -> program.OptimizerFactory:
+    """The clients' optax optimiser as a function of their lr."""
+    return program.sgd_factory(self.config.client_momentum,
+                               self.config.client_weight_decay)
+
+  def client_program(self) -> program.ClientProgram:
+    """What every client runs: `loss` minimised by `client_optimizer`."""
+    return program.sgd_program(
+        self.program_loss, self.client_optimizer(),
+        num_steps=self.max_local_steps(), batch_size=self.config.batch_size,
+        augment=augment.get_augmentation(self.config.augment),
+        scan_unroll=self.config.scan_unroll)
+
+  @functools.cached_property
+  def local_program(self) -> program.ClientProgram | program.ProgramSequence:
+    """`client_program()`, built once."""
+    return self.client_program()
+
   def init_extras(self, params: PyTree) -> PyTree:
     """Algorithm-specific server state (None by default)."""
+    del params
+    return None
+
+  def init_clients(self, params: PyTree) -> PyTree:
+    """Per-client persistent state, leaves [num_clients, ...] (None by default)."""
     del params
     return None
 
@@ -127,7 +163,8 @@ class FederatedAlgorithm:
         opt_state=self.server_optimizer().init(params),
         round=jnp.zeros((), jnp.int32),
         key=key,
-        extras=self.init_extras(params))
+        extras=self.init_extras(params),
+        clients=self.init_clients(params))
 
   # ---- round phase 1: plans ------------------------------------------------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
@@ -156,11 +193,15 @@ class FederatedAlgorithm:
         weight=self.client_weights(client_ids),
         segment=jnp.zeros((k,), jnp.int32))
 
-  def plan_round(self, state: ServerState, data=None) -> ClientPlan:
-    """Samples the cohort and plans every client. Keys: round ⊕ client id."""
-    del data  # plans depend on static client facts only, by default.
-    round_key = jax.random.fold_in(state.key, state.round)
-    sample_key, clients_key = jax.random.split(round_key)
+  def plan_round(self, state: ServerState, data=None,
+                 inputs: PyTree = None) -> ClientPlan:
+    """Samples the cohort and plans every client. Keys: round ⊕ client id.
+
+    `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
+    by default; plans depend on static client facts only).
+    """
+    del data, inputs
+    sample_key, clients_key = jax.random.split(round_key(state))
     client_ids = self.sample_clients(state, sample_key)
     per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
         clients_key, client_ids)
@@ -169,10 +210,65 @@ class FederatedAlgorithm:
     return self.plan_clients(state, client_ids, keys)
 
   # ---- round phase 2: local training ---------------------------------------
+  def program_client_state(self, state: ServerState,
+                           plans: ClientPlan) -> PyTree:
+    """The cohort's rows of `state.clients` the programs see and return.
+
+    Default: all of them. A method whose per-client state is the server's
+    own memory returns None (nothing gathered, nothing written back).
+    """
+    return client_state.gather_rows(state.clients, plans.client_id)
+
+  def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
+    """A table of start models (leaves [T, ...]) that `plan.start_model`
+    indexes, or None: every client starts from the global params."""
+    del state, plans
+    return None
+
+  def local_phase(self, state: ServerState, plans: ClientPlan, data,
+                  clients: Clients) -> ClientOutput:
+    """Every planned client runs the program once (one `clients.map`)."""
+    return self.run_clients(
+        clients, plans, data, params=state.params,
+        table=self.start_models(state, plans),
+        client_states=self.program_client_state(state, plans))
+
+  def run_clients(self, clients: Clients, plans: ClientPlan, data, *,
+                  params: PyTree = None, table: PyTree = None,
+                  client_states: PyTree = None) -> ClientOutput:
+    """The program of every planned client, from its start model.
+
+    Args:
+      clients: the round's client driver.
+      plans: batched plans [K].
+      data: the federated data.
+      params: the start model of every client (used when `table` is None).
+      table: start models, leaves [T, ...]; client k starts from row
+        `plans.start_model[k]`.
+      client_states: the cohort's state rows [K, ...], or None.
+    """
+    return clients.map(self.run_client, (params, table, data),
+                       (plans, client_states))
+
+  def run_client(self, shared, per_client) -> ClientOutput:
+    """One client's program (`clients.map`'s function)."""
+    params, table, data = shared
+    plan, state_row = per_client
+    if table is not None:
+      params = jax.tree.map(lambda t: t[plan.start_model], table)
+    return program.run_program(self.local_program,
+                               program.LocalModel(params, state_row), plan,
+                               data, min_count=self.min_client_count)
+
+  def client_update(self, params: PyTree, plan: ClientPlan,
+                    data) -> ClientOutput:
+    """One client's program from `params`, no client state (an unbatched plan)."""
+    return self.run_client((params, None, data), (plan, None))
+
   def forward_params(self, params: PyTree, plan: ClientPlan,
                      ctx: StepContext) -> PyTree:
     del ctx
-    return client.apply_mask(params, plan.mask)
+    return program.apply_mask(params, plan.mask)
 
   def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
            plan: ClientPlan, ctx: StepContext) -> jax.Array:
@@ -180,6 +276,11 @@ class FederatedAlgorithm:
     logits = self.model.apply(
         {'params': self.forward_params(params, plan, ctx)}, x, train=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+  def program_loss(self, local: program.LocalModel, x: jax.Array,
+                   y: jax.Array, plan: ClientPlan, ctx: StepContext):
+    """`loss` on the params of the client's `LocalModel` (the program's loss)."""
+    return self.loss(local.params, x, y, plan, ctx)
 
   # ---- round phase 3: aggregation ------------------------------------------
   def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
@@ -191,21 +292,36 @@ class FederatedAlgorithm:
     del coverage
     return jax.tree.map(lambda m: m[0], means)
 
-  def aggregate(self, state: ServerState, plans: ClientPlan,
-                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
-    """New (params, opt_state, extras) from the clients' deltas.
-
-    The masked, weighted segment mean of the deltas (`plans.segment` in
-    [0, num_segments)) is combined into a pseudo-gradient g, and the server
-    optimiser steps x ← x − η_s·g (for SGD).
-    """
-    means, coverage = aggregation.masked_segment_mean(
-        outputs.delta, plans.weight, plans.segment, self.num_segments,
-        plans.mask, values_masked=True)
-    pseudo_grad = self.combine_segments(means, coverage)
+  def server_step(self, state: ServerState,
+                  pseudo_grad: PyTree) -> tuple[PyTree, PyTree]:
+    """(params, opt_state) after the server optimiser's step x ← x − η_s·g (SGD)."""
     updates, opt_state = self.server_optimizer().update(
         pseudo_grad, state.opt_state, state.params)
-    return optax.apply_updates(state.params, updates), opt_state, state.extras
+    return optax.apply_updates(state.params, updates), opt_state
+
+  def next_clients(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> PyTree:
+    """`state.clients` with the rows the active clients returned written back."""
+    if outputs.client_state is None:
+      return state.clients
+    return client_state.scatter_rows(state.clients, plans.client_id,
+                                     outputs.client_state, plans.is_active())
+
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> ServerState:
+    """The server state after the round (the round counter is not advanced).
+
+    The masked, weighted segment mean of the deltas (`plans.segment` in
+    [0, num_segments); idle slots weigh 0) is combined into a pseudo-gradient
+    g for the server optimiser; the clients' state rows are written back.
+    """
+    means, coverage = aggregation.masked_segment_mean(
+        outputs.delta, plans.active_weight(), plans.segment,
+        self.num_segments, plans.mask, values_masked=True)
+    params, opt_state = self.server_step(
+        state, self.combine_segments(means, coverage))
+    return state.replace(params=params, opt_state=opt_state,
+                         clients=self.next_clients(state, plans, outputs))
 
   def client_payload_bytes(self, state: ServerState,
                            plans: ClientPlan) -> jax.Array:
@@ -216,11 +332,16 @@ class FederatedAlgorithm:
 
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
-    """Scalars logged per round: loss, examples and bytes exchanged."""
-    per_client_bytes = self.client_payload_bytes(state, plans)
-    uploaded = plans.weight > 0
+    """Scalars logged per round: loss, examples and bytes exchanged.
+
+    Idle slots exchange nothing and are left out of the mean loss.
+    """
+    active = plans.is_active()
+    per_client_bytes = jnp.where(active,
+                                 self.client_payload_bytes(state, plans), 0.0)
+    uploaded = plans.active_weight() > 0
     return {
-        'train_loss': jnp.mean(outputs.loss),
+        'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
@@ -241,7 +362,5 @@ class FederatedAlgorithm:
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:
     metrics = self.round_metrics(state, plans, outputs)
-    params, opt_state, extras = self.aggregate(state, plans, outputs)
-    new_state = state.replace(params=params, opt_state=opt_state,
-                              round=state.round + 1, extras=extras)
-    return new_state, metrics
+    new_state = self.aggregate(state, plans, outputs)
+    return new_state.replace(round=state.round + 1), metrics

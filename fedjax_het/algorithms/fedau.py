@@ -9,7 +9,7 @@ by it (spec fedacs.md §3.2 #5, following IBM/fedau's `main.py`):
     ω̂_m = mean of m's recorded intervals (1 before any is recorded).
 
 "Participates" means m's update is received (m ∈ S̃_r). Per client the server
-keeps, in `ServerState.extras['fedau']`, the rounds since m last participated,
+keeps, in `ServerState.clients['fedau']`, the rounds since m last participated,
 and the sum and count of the recorded intervals. When m participates the
 interval (rounds since + 1) is recorded after weighting; after
 `fedacs.fedau_cutoff` rounds without participation the cutoff is recorded and
@@ -44,20 +44,24 @@ class FedAU(SystemsAwareAlgorithm):
   name = 'fedau'
   display_name = 'FedAU'
 
-  def init_extras(self, params: PyTree) -> PyTree:
-    extras = dict(super().init_extras(params) or {})
+  def init_clients(self, params: PyTree) -> PyTree:
+    clients = dict(super().init_clients(params) or {})
     # Distinct buffers: the round runner donates the state.
-    extras['fedau'] = {key: jnp.zeros((self.num_clients,), jnp.float32)
-                       for key in ('since', 'interval_sum', 'interval_count')}
-    return extras
+    clients['fedau'] = {key: jnp.zeros((self.num_clients,), jnp.float32)
+                        for key in ('since', 'interval_sum', 'interval_count')}
+    return clients
 
   def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
                         client_ids: jax.Array) -> jax.Array:
-    """K ω_m ω̂_m on a client's first slot, 0 on repeats (one update per client)."""
+    """ω_m ω̂_m on a client's first slot, 0 on repeats (one update per client)."""
     del rnd
     first = occurrence_index(client_ids) == 0
-    weight = self.omega * mean_interval(state.extras['fedau'])
-    return self.num_draws * weight[client_ids] * first
+    weight = self.omega * mean_interval(state.clients['fedau'])
+    return weight[client_ids] * first
+
+  def update_scale(self) -> float:
+    """1: FedAU sums the weighted received updates (no 1/K of rule (3))."""
+    return 1.0
 
   def participation_probs(self, rnd: SystemsRound) -> jax.Array:
     """P_m = P(m ∈ S̃_r): sampled at least once and its upload arrives. [M]."""
@@ -74,20 +78,20 @@ class FedAU(SystemsAwareAlgorithm):
     cut = self.options.fedau_cutoff
     return self.omega * (1 - (1 - self.participation_probs(rnd))**cut)
 
-  def next_extras(self, state: ServerState, plans: ClientPlan,
-                  outputs: ClientOutput) -> dict:
-    extras = super().next_extras(state, plans, outputs)
-    stats = state.extras['fedau']
+  def next_clients(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> PyTree:
+    clients = dict(super().next_clients(state, plans, outputs))
+    stats = state.clients['fedau']
     took_part = jnp.zeros((self.num_clients,)).at[plans.client_id].max(
-        plans.extras['link_up']) > 0
+        plans.extras['link_up'] * plans.is_active()) > 0
     waited = stats['since'] + 1
     cut = waited >= self.options.fedau_cutoff
     record = took_part | cut
-    extras['fedau'] = {
+    clients['fedau'] = {
         'since': jnp.where(record, 0.0, waited),
         'interval_sum': stats['interval_sum'] + jnp.where(
             record, jnp.where(took_part, waited,
                               float(self.options.fedau_cutoff)), 0.0),
         'interval_count': stats['interval_count'] + record,
     }
-    return extras
+    return clients

@@ -2,7 +2,7 @@
 
 The server keeps y_m, the last update it received from each client m (the
 vector as received, i.e. with that round's lr; 0 until m first delivers),
-in `ServerState.extras['memory']` (leaves [M, ...]).
+in `ServerState.clients['memory']` (leaves [M, ...]).
 
 - `fedacs.fedvarp_form='paper'` (FedACS's description, Eq. (114)): a sampled
   client whose upload fails contributes its stale y_m,
@@ -27,18 +27,11 @@ import jax.numpy as jnp
 
 from fedjax_het.algorithms.reweighted import communication_aware_lr_scale
 from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.core import client_state
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.systems.heterogeneity import SystemsRound
 
 PyTree = Any
-
-
-def last_received_slot(client_ids: jax.Array, received: jax.Array,
-                       num_clients: int) -> jax.Array:
-  """For each client, the last cohort slot whose upload arrived, or −1. int32 [M]."""
-  slots = jnp.where(received > 0, jnp.arange(client_ids.shape[0]), -1)
-  return jnp.full((num_clients,), -1, jnp.int32).at[client_ids].max(
-      slots.astype(jnp.int32))
 
 
 class FedVarp(SystemsAwareAlgorithm):
@@ -47,11 +40,11 @@ class FedVarp(SystemsAwareAlgorithm):
   name = 'fedvarp'
   display_name = 'FedVarp'
 
-  def init_extras(self, params: PyTree) -> PyTree:
-    extras = dict(super().init_extras(params) or {})
-    extras['memory'] = jax.tree.map(
+  def init_clients(self, params: PyTree) -> PyTree:
+    clients = dict(super().init_clients(params) or {})
+    clients['memory'] = jax.tree.map(
         lambda p: jnp.zeros((self.num_clients,) + p.shape, p.dtype), params)
-    return extras
+    return clients
 
   def lr_scale(self, rnd: SystemsRound) -> jax.Array:
     return communication_aware_lr_scale(self.omega, rnd.failure_prob,
@@ -77,21 +70,14 @@ class FedVarp(SystemsAwareAlgorithm):
     fresh = super().pseudo_gradient(state, plans, outputs)
     b = self.memory_coefficients(plans)
     stale = jax.tree.map(lambda y: jnp.tensordot(b, y, axes=1).astype(y.dtype),
-                         state.extras['memory'])
+                         state.clients['memory'])
     return jax.tree.map(jnp.add, fresh, stale)
 
-  def next_extras(self, state: ServerState, plans: ClientPlan,
-                  outputs: ClientOutput) -> dict:
-    extras = super().next_extras(state, plans, outputs)
-    slot = last_received_slot(plans.client_id, plans.extras['link_up'],
-                              self.num_clients)
-    got = slot >= 0
-
-    def remember(memory, delta):
-      fresh = delta[jnp.maximum(slot, 0)]
-      keep = got.reshape((-1,) + (1,) * (memory.ndim - 1))
-      return jnp.where(keep, fresh, memory)
-
-    extras['memory'] = jax.tree.map(remember, state.extras['memory'],
-                                    outputs.delta)
-    return extras
+  def next_clients(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> PyTree:
+    """y_m ← the update of m's last received slot."""
+    received = (plans.extras['link_up'] > 0) & plans.is_active()
+    return {**super().next_clients(state, plans, outputs),
+            'memory': client_state.scatter_rows(
+                state.clients['memory'], plans.client_id, outputs.delta,
+                received)}

@@ -23,7 +23,7 @@ import jax
 
 from fedjax_het import models
 from fedjax_het.algorithms.submodels import SubmodelAlgorithm
-from fedjax_het.core import client
+from fedjax_het.core import program
 from fedjax_het.submodel import magnitude
 from fedjax_het.submodel.tcb import tcb_mask
 
@@ -58,7 +58,7 @@ class Fiarse(SubmodelAlgorithm):
 
   def forward_params(self, params, plan, ctx):
     if not self.straight_through:
-      return client.apply_mask(params, plan.mask)
+      return program.apply_mask(params, plan.mask)
     return jax.tree.map(tcb_mask, params, plan.extras['theta'])
 
   def eval_mask(self, params, gamma):

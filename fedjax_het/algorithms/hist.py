@@ -14,10 +14,11 @@ On the engine a global round is one round of the `RoundRunner`:
   edge aggregation is `masked_segment_mean` (a `jax.ops.segment_sum` over the
   client axis by cell) or its over-the-air twin
   `channels.aircomp.over_the_air_mean`;
-- the E edge rounds run in `local_phase` (the runner's hook), a `lax.scan`
-  inside the round's jit for compiled backends; client updates start from
-  their cell's edge model (`edge_params[plan.segment]`), and edge round e > 0
-  folds e into the clients' keys so every edge round draws fresh minibatches;
+- the E edge rounds run in `local_phase` as a `clients.scan` (a `lax.scan`
+  inside the round's jit, a host loop under the sequential backend); client
+  programs start from their cell's row of the table of edge models
+  (`plan.start_model` = the cell), and edge round e > 0 folds e into the
+  clients' keys so every edge round draws fresh minibatches;
 - a client's `ClientOutput.delta` is x̄^t − x̄_j^{t,E}, the edge model it holds
   after the last edge aggregation, so the base class's segment mean by cell
   returns every cell's edge model and `combine_segments` is the cloud (Eq. (7):
@@ -58,7 +59,8 @@ import numpy as np
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.channels import aircomp
 from fedjax_het.core import aggregation
-from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
+    round_key
 from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
 
@@ -191,13 +193,6 @@ class HFedAvg(FederatedAlgorithm):
     self.total_params = int(sum(math.prod(p.shape)
                                 for p in jax.tree.leaves(self.template)))
     self.setup_partition(self.template)
-    client_update = self.client_update
-
-    def cell_client_update(edge_params, plan, data):
-      start = jax.tree.map(lambda p: p[plan.segment], edge_params)
-      return client_update(start, plan, data)
-
-    self.client_update = cell_client_update
     self._edge_aggregate = jax.jit(self.edge_aggregate)
 
   def setup_partition(self, template: PyTree) -> None:
@@ -212,32 +207,28 @@ class HFedAvg(FederatedAlgorithm):
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
-    """Cells as segments; the round's F_i, R_i; the cell's submodel mask."""
+    """Cells as segments and start models; the round's F_i, R_i; the cell's
+    submodel mask."""
     plans = super().plan_clients(state, client_ids, keys)
     h = self.hierarchy
     segment = self.cell_of_client[client_ids]
-    round_key = jax.random.fold_in(state.key, state.round)
-    cpu_key, channel_key = jax.random.split(
-        jax.random.fold_in(round_key, _SYSTEM_STREAM))
+    cpu_key, channel_key = jax.random.split(round_key(state, _SYSTEM_STREAM))
     cpu_range = jnp.asarray(h.cpu_hz_range)[segment]
     cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
     channels = aircomp.rayleigh_channels(channel_key, client_ids.shape[0],
                                          h.system.antennas)
     rate_bps = latency.oma_rates(channels, jnp.asarray(h.snr)[segment],
                                  h.system.bandwidth_hz)
-    extras = {'round_key': jnp.broadcast_to(round_key,
-                                            (client_ids.shape[0],) +
-                                            round_key.shape),
-              'cpu_hz': cpu_hz, 'rate_bps': rate_bps}
-    plans = plans.replace(segment=segment, extras=extras)
-    masks = self.cell_masks(round_key, plans)
+    plans = plans.replace(segment=segment, start_model=segment,
+                          extras={'cpu_hz': cpu_hz, 'rate_bps': rate_bps})
+    masks = self.cell_masks(round_key(state), plans)
     if masks is not None:
       plans = plans.replace(mask=jax.tree.map(lambda m: m[segment], masks))
     return plans
 
-  def cell_masks(self, round_key: jax.Array, plans: ClientPlan) -> PyTree:
+  def cell_masks(self, key: jax.Array, plans: ClientPlan) -> PyTree:
     """Submodel of every cell, bool [N, ...] leaves, or None (full model)."""
-    del round_key, plans
+    del key, plans
     return None
 
   # ---- phase 2: E edge rounds --------------------------------------------
@@ -268,24 +259,25 @@ class HFedAvg(FederatedAlgorithm):
         'aircomp_mse': stats.mse, 'beamformer_gain': stats.gain,
         'beamformer_initial_gain': stats.initial_gain}
 
-  def local_phase(self, params: PyTree, plans: ClientPlan, data,
-                  run_clients) -> ClientOutput:
+  def local_phase(self, state: ServerState, plans: ClientPlan, data,
+                  clients) -> ClientOutput:
     """E edge rounds of H local steps, each closed by an edge aggregation.
 
     `moved[j]` = x̄^t − x̄_j^{t,e} is carried per cell; a client starts edge
-    round e from its cell's x̄_j^{t,e}, with its round key (e = 0) or the key
-    with e folded in. Inside the compiled round the edge rounds are a
-    `lax.scan` (the client update compiles once, whatever E); under the
-    sequential backend, whose clients run from the host, a Python loop.
+    round e from its cell's x̄_j^{t,e} (its row of the table of edge
+    models), with its round key (e = 0) or the key with e folded in. The edge
+    rounds are a `clients.scan`, so the client program compiles once,
+    whatever E.
     """
-    aircomp_key = jax.random.fold_in(plans.extras['round_key'][0],
-                                     _AIRCOMP_STREAM)
+    params = state.params
+    aircomp_key = round_key(state, _AIRCOMP_STREAM)
 
     def edge_round(moved, e):
       edge_params = jax.tree.map(lambda p, m: p[None] - m, params, moved)
       keys = jnp.where(e == 0, plans.key, jax.vmap(
           jax.random.fold_in, in_axes=(0, None))(plans.key, e))
-      outputs = run_clients(edge_params, plans.replace(key=keys), data)
+      outputs = self.run_clients(clients, plans.replace(key=keys), data,
+                                 table=edge_params)
       means, stats = self._edge_aggregate(jax.random.fold_in(aircomp_key, e),
                                           outputs.delta, plans)
       return (jax.tree.map(jnp.add, moved, means),
@@ -293,16 +285,8 @@ class HFedAvg(FederatedAlgorithm):
 
     moved = jax.tree.map(
         lambda p: jnp.zeros((self.num_segments,) + p.shape, p.dtype), params)
-    if isinstance(plans.key, jax.core.Tracer):
-      moved, (losses, examples, stats) = jax.lax.scan(
-          edge_round, moved, jnp.arange(self.edge_rounds))
-    else:
-      history = []
-      for e in range(self.edge_rounds):
-        moved, per_round = edge_round(moved, e)
-        history.append(per_round)
-      losses, examples, stats = jax.tree.map(lambda *xs: jnp.stack(xs),
-                                             *history)
+    moved, (losses, examples, stats) = clients.scan(
+        edge_round, moved, jnp.arange(self.edge_rounds))
     # Per client: its cell's statistic, averaged over the edge rounds.
     extras = {name: jnp.mean(value, axis=0)[plans.segment]
               for name, value in stats.items()}
@@ -425,7 +409,7 @@ class HIST(HFedAvg):
         cost, num_units=group.num_units, unit_params=group.unit_params,
         shared_params=self.layout.shared_params, max_units=self.size_cap)
 
-  def cell_masks(self, round_key: jax.Array, plans: ClientPlan) -> PyTree:
+  def cell_masks(self, key: jax.Array, plans: ClientPlan) -> PyTree:
     return disjoint.stacked_partition(
-        jax.random.fold_in(round_key, _PARTITION_STREAM), self.template,
+        jax.random.fold_in(key, _PARTITION_STREAM), self.template,
         self.num_segments, self.partition_sizes(plans), self.layout)

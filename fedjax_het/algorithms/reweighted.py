@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het.algorithms.systems_aware import SELECTION_STREAM, \
-    SystemsAwareAlgorithm, fedavg_step_length, round_stream_key
+    SystemsAwareAlgorithm, fedavg_step_length
 from fedjax_het.core import sampling
-from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
+    round_key
 from fedjax_het.systems.heterogeneity import SystemsRound
 
 
@@ -100,7 +101,7 @@ class OptimalSampling(SystemsAwareAlgorithm):
     probs = jnp.where(total > 0, scores / jnp.where(total > 0, total, 1.0),
                       self.omega)
     draws = sampling.with_replacement(
-        round_stream_key(state, SELECTION_STREAM), probs, self.num_draws)
+        round_key(state, SELECTION_STREAM), probs, self.num_draws)
     copies = jnp.zeros((self.num_clients,), jnp.float32).at[draws].add(1.0)
     importance = jnp.where(probs > 0,
                            self.omega / jnp.where(probs > 0, probs, 1.0), 0.0)

@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het.algorithms.width_slicing import HeteroFL
-from fedjax_het.core import client
+from fedjax_het.core import program
 from fedjax_het.submodel import width
 
 PyTree = Any
@@ -212,7 +212,7 @@ class ScaleFL(HeteroFL):
 
   def eval_params(self, params, gamma):
     depth, _ = self.submodel_shape(gamma)
-    return {'params': client.apply_mask(params, self.eval_mask(params, gamma)),
+    return {'params': program.apply_mask(params, self.eval_mask(params, gamma)),
             'exit': jnp.asarray(depth - 1, jnp.int32)}
 
   def eval_apply(self, submodel, x):

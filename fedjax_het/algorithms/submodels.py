@@ -38,7 +38,7 @@ from fedjax_het import eval as eval_lib
 from fedjax_het import models
 from fedjax_het.algorithms.base import (FederatedAlgorithm,
                                        payload_bytes_per_client)
-from fedjax_het.core import client
+from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 
 PyTree = Any
@@ -108,7 +108,7 @@ class SubmodelAlgorithm(FederatedAlgorithm):
     Methods whose submodels need more than parameters at test time (e.g. an
     early exit to read) return a pytree that `eval_apply` understands.
     """
-    return client.apply_mask(params, self.eval_mask(params, gamma))
+    return program.apply_mask(params, self.eval_mask(params, gamma))
 
   def eval_apply(self, submodel: PyTree, x: jax.Array) -> jax.Array:
     """Logits [B, classes] of an `eval_params` submodel on a batch."""

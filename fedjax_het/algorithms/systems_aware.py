@@ -55,12 +55,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from fedjax_het.algorithms.base import FederatedAlgorithm, payload_bytes
 from fedjax_het.core import aggregation, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
-    StepContext
+    StepContext, round_key
 from fedjax_het.systems import heterogeneity, local_work
 
 PyTree = Any
@@ -71,20 +70,14 @@ SYSTEMS_STREAM = 0x5e5
 SELECTION_STREAM = 0x5e1
 
 
-def round_stream_key(state: ServerState, stream: int) -> jax.Array:
-  """Key of one stream of round `state.round`'s random draws."""
-  round_key = jax.random.fold_in(state.key, state.round)
-  return jax.random.fold_in(round_key, stream)
-
-
 def fedavg_step_length(omega: jax.Array, q: jax.Array,
                        a_norm: jax.Array) -> jax.Array:
   """FedAvg's expected step per unit lr, η_eff·T_eff/η₁ = Σ ω(1 − q)‖a‖₁ (Eq. (111))."""
   return jnp.sum(omega * (1 - q) * a_norm)
 
 
-def _extras(entries: dict) -> dict | None:
-  """Algorithm state as a dict, or None when the method keeps none."""
+def _or_none(entries: dict) -> dict | None:
+  """Per-client state as a dict, or None when the method keeps none."""
   return entries or None
 
 
@@ -95,7 +88,9 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   `client_coefficients` or `slot_coefficients` (the aggregation weighting),
   `lr_scale` (their calibration) and `expected_weights` (the E[update]
   weights the sampling and weighting imply); stateful methods extend
-  `init_extras`, `pseudo_gradient` and `next_extras`.
+  `init_clients`, `pseudo_gradient` and `next_clients`. The family's
+  per-client state (`ServerState.clients`: Markov link states, FedVarp's
+  memory, FedAU's intervals) is the server's own; clients never see it.
   """
 
   name = 'systems_aware'
@@ -159,10 +154,15 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   def max_local_steps(self) -> int:
     return self.heterogeneity.max_steps()
 
-  def init_extras(self, params: PyTree) -> PyTree:
+  def init_clients(self, params: PyTree) -> PyTree:
     del params
     links = self.heterogeneity.init_link_state()
-    return _extras({} if links is None else {'links': links})
+    return _or_none({} if links is None else {'links': links})
+
+  def program_client_state(self, state: ServerState,
+                           plans: ClientPlan) -> PyTree:
+    del state, plans
+    return None
 
   def round_systems(self, state: ServerState) -> heterogeneity.SystemsRound:
     """q, T, steps and link outcomes of all clients in round `state.round`.
@@ -170,9 +170,9 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     A pure function of the state (key, round, Markov link states), so the
     plan and aggregation phases of a round see the same draws.
     """
-    links = state.extras['links'] if self.heterogeneity.model == 'markov' \
+    links = state.clients['links'] if self.heterogeneity.model == 'markov' \
         else None
-    return self.heterogeneity.draw(round_stream_key(state, SYSTEMS_STREAM),
+    return self.heterogeneity.draw(round_key(state, SYSTEMS_STREAM),
                                    state.round, links)
 
   def work_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
@@ -275,35 +275,36 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     del state, outputs
     return plans.weight, jnp.ones_like(plans.weight)
 
-  def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
-    """Rule (3): Σ_k w_k Δ_k / K, the weighted mean times its total weight
-    over the K draws (not over the number of updates received)."""
-    return jax.tree.map(lambda m, c: m[0] * c[0] / self.num_draws, means,
-                        coverage)
-
   def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
                       outputs: ClientOutput) -> PyTree:
-    """(1/K) Σ_k w_k Δ_k, through the shared masked segment mean."""
+    """Rule (3): (1/K) Σ_k w_k Δ_k over the K draws (not over the number of
+    updates received): the weighted segment sum times `update_scale`."""
     weights, _ = self.slot_weights(state, plans, outputs)
-    means, coverage = aggregation.masked_segment_mean(
-        outputs.delta, weights, plans.segment, 1, plans.mask)
-    return self.combine_segments(means, coverage)
+    sums, _ = aggregation.segment_sums(
+        outputs.delta, weights * plans.is_active(), plans.segment, 1,
+        plans.mask)
+    scale = self.update_scale()
+    return jax.tree.map(lambda s: (s[0] * scale).astype(s.dtype), sums)
 
-  def next_extras(self, state: ServerState, plans: ClientPlan,
-                  outputs: ClientOutput) -> dict:
-    """Algorithm state after the round (Markov links: this round's Z)."""
+  def update_scale(self) -> float:
+    """The factor of Σ_k w_k Δ_k in the pseudo-gradient: 1/K (rule (3))."""
+    return 1 / self.num_draws
+
+  def next_clients(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> PyTree:
+    """Per-client state after the round (Markov links: this round's Z)."""
     del plans, outputs
     if self.heterogeneity.model != 'markov':
-      return {}
-    return {'links': self.round_systems(state).link_up.astype(jnp.int32)}
+      return state.clients
+    return {**state.clients,
+            'links': self.round_systems(state).link_up.astype(jnp.int32)}
 
   def aggregate(self, state: ServerState, plans: ClientPlan,
-                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
-    pseudo_grad = self.pseudo_gradient(state, plans, outputs)
-    updates, opt_state = self.server_optimizer().update(
-        pseudo_grad, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return params, opt_state, _extras(self.next_extras(state, plans, outputs))
+                outputs: ClientOutput) -> ServerState:
+    params, opt_state = self.server_step(
+        state, self.pseudo_gradient(state, plans, outputs))
+    return state.replace(params=params, opt_state=opt_state,
+                         clients=self.next_clients(state, plans, outputs))
 
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het.algorithms.submodels import SubmodelAlgorithm
-from fedjax_het.core import client
+from fedjax_het.core import program
 from fedjax_het.submodel import width
 
 
@@ -53,7 +53,7 @@ class HeteroFL(SubmodelAlgorithm):
     return masks, {'rate': rates}
 
   def forward_params(self, params, plan, ctx):
-    params = client.apply_mask(params, plan.mask)
+    params = program.apply_mask(params, plan.mask)
     if not self.use_scaler:
       return params
     scale = width.hidden_output_scale(self.layout, plan.extras['rate'])
@@ -85,4 +85,4 @@ class FjORD(HeteroFL):
     allowed = jnp.sum(self.rates <= plan.extras['rate'] * (1 + 1e-6))
     choice = jax.random.randint(ctx.key, (), 0, allowed)
     rate = jnp.sort(self.rates)[choice]
-    return client.apply_mask(params, width.width_mask(self.layout, rate))
+    return program.apply_mask(params, width.width_mask(self.layout, rate))

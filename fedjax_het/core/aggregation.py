@@ -1,6 +1,6 @@
-"""The aggregation primitive: weighted, masked segment means over the client axis.
+"""The aggregation primitive: weighted, masked segment sums and means over the client axis.
 
-One function serves every method (DESIGN.md principle 5). For coordinate j of a
+One primitive serves every method (`segment_sums`). For coordinate j of a
 leaf and segment s (a capacity group, a cell, or the single global segment),
 
     mean[s, j] = Σ_{c: seg(c)=s} w_c m_cj Δ_cj / Σ_{c: seg(c)=s} w_c m_cj,
@@ -9,7 +9,8 @@ and 0 where no client of the segment covers j (the denominator, returned as
 `coverage`, is 0 there). With m ≡ 1 and one segment this is the FedAvg weighted
 mean; with per-coordinate masks it is the partial averaging of HeteroFL/FIARSE
 (Eq. (6) of FIARSE uses counts, i.e. w ≡ 1); with disjoint masks it reassembles
-the pieces (HIST Eq. 7).
+the pieces (HIST Eq. 7). Methods whose rule is not a mean (FedACS's rule (3)
+divides by the number of draws, AirComp adds noise to the sums) use the sums.
 """
 from typing import Any
 
@@ -51,28 +52,38 @@ def segment_sum(x: jax.Array, segment_ids: jax.Array, num_segments: int,
                        precision=jax.lax.Precision.HIGHEST)
 
 
-def masked_segment_mean(values: PyTree, weights: jax.Array,
-                        segment_ids: jax.Array, num_segments: int,
-                        masks: PyTree = None, *,
-                        values_masked: bool = False) -> tuple[PyTree, PyTree]:
-  """Per-segment, per-coordinate weighted mean over the client axis.
+def segment_sums(values: PyTree, weights: jax.Array, segment_ids: jax.Array,
+                 num_segments: int, masks: PyTree = None, *,
+                 values_masked: bool = False) -> tuple[PyTree, PyTree]:
+  """(numerator, denominator) of the per-segment, per-coordinate weighted mean.
+
+  For coordinate j of a leaf and segment s,
+
+      numerator[s, j]   = Σ_{c: seg(c)=s} w_c m_cj Δ_cj,
+      denominator[s, j] = Σ_{c: seg(c)=s} w_c m_cj,
+
+  the primitive every aggregation rule is built on: the masked mean is their
+  ratio (`masked_segment_mean`), FedACS's rule (3) is numerator / K, a
+  staleness-weighted rule puts its factor into w or m.
 
   Args:
     values: pytree of [C, ...] arrays (one row per client).
-    weights: float [C] aggregation weights (0 excludes a client).
-    segment_ids: int [C] in [0, num_segments).
+    weights: float [C] per-client weights (0 excludes a client).
+    segment_ids: int [C] in [0, num_segments); other ids are dropped.
     num_segments: static number of segments S.
-    masks: pytree like `values` with 0/1 entries, or None (every client covers
-      every coordinate).
+    masks: None (every client covers every coordinate), or a pytree like
+      `values` whose leaves are 0/1 masks or float weights per (client,
+      coordinate) [C, ...], or per (client, structured unit): any shape that
+      broadcasts against the leaf, e.g. [C, 1, out] for a kernel's output
+      rows or [C, heads, 1] for attention heads.
     values_masked: the values are already 0 where their mask is, as client
-      deltas are (`make_client_update` masks them); the numerator then sums
-      the values as they are, with no [C, ...] product materialised (the same
-      numbers, a third of the memory traffic).
+      deltas are (`core.program.run_program` masks them); the numerator then
+      sums the values as they are, with no [C, ...] product materialised.
+      Only for 0/1 masks.
 
   Returns:
-    (mean, coverage): `mean` is a pytree of [S, ...] arrays; `coverage` holds
-    the denominators Σ w_c m_cj, as [S, ...] leaves, or [S] per leaf when
-    `masks` is None.
+    (numerator, denominator): [S, ...] leaves; the denominator is [S] per
+    leaf when `masks` is None and [S, *mask.shape[1:]] otherwise.
   """
   weights = weights.astype(jnp.float32)
 
@@ -86,21 +97,49 @@ def masked_segment_mean(values: PyTree, weights: jax.Array,
       numerator = segment_sum(value if values_masked else value * mask,
                               segment_ids, num_segments, weights)
       denominator = segment_sum(mask, segment_ids, num_segments, weights)
-    den = _expand(denominator, numerator.ndim)
-    covered = den > 0
-    mean = jnp.where(covered, numerator / jnp.where(covered, den, 1.0), 0.0)
-    return mean.astype(leaf.dtype), denominator
+    return numerator, denominator
 
+  return _unzip(_map_leaves(one_leaf, values, masks))
+
+
+def _map_leaves(fn, values: PyTree, masks: PyTree) -> PyTree:
   if masks is None:
-    pairs = jax.tree.map(lambda v: one_leaf(v, None), values)
-  else:
-    pairs = jax.tree.map(one_leaf, values, masks)
+    return jax.tree.map(lambda v: fn(v, None), values)
+  return jax.tree.map(fn, values, masks)
+
+
+def _unzip(pairs: PyTree) -> tuple[PyTree, PyTree]:
   is_pair = lambda x: isinstance(x, tuple)
-  mean = jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair)
-  coverage = jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair)
-  return mean, coverage
+  return (jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair),
+          jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair))
 
 
+def ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+  """numerator / denominator where the denominator is > 0, else 0."""
+  den = _expand(denominator, numerator.ndim)
+  covered = den > 0
+  return jnp.where(covered, numerator / jnp.where(covered, den, 1.0), 0.0)
+
+
+def masked_segment_mean(values: PyTree, weights: jax.Array,
+                        segment_ids: jax.Array, num_segments: int,
+                        masks: PyTree = None, *,
+                        values_masked: bool = False) -> tuple[PyTree, PyTree]:
+  """Per-segment, per-coordinate weighted mean over the client axis.
+
+  The ratio of `segment_sums` (same arguments), 0 where no client of the
+  segment covers a coordinate.
+
+  Returns:
+    (mean, coverage): `mean` is a pytree of [S, ...] arrays in the values'
+    dtypes; `coverage` holds the denominators Σ w_c m_cj (`segment_sums`).
+  """
+  numerator, denominator = segment_sums(values, weights, segment_ids,
+                                        num_segments, masks,
+                                        values_masked=values_masked)
+  mean = jax.tree.map(lambda n, d, v: ratio(n, d).astype(v.dtype), numerator,
+                      denominator, values)
+  return mean, denominator
 def masked_mean(values: PyTree, weights: jax.Array,
                 masks: PyTree = None) -> PyTree:
   """`masked_segment_mean` with one global segment; leaves lose the S axis."""

@@ -2,27 +2,27 @@
 
 A round has three pure phases, all defined by the algorithm:
 
-    plans          = algorithm.plan_round(state, data)          # sample + per-client plans
-    outputs        = backend(client_update)(params, plans, data) # local training
-    state, metrics = algorithm.finish_round(state, plans, outputs)  # aggregate + server step
+    plans          = algorithm.plan_round(state, data, inputs)         # who, how
+    outputs        = algorithm.local_phase(state, plans, data, clients) # local training
+    state, metrics = algorithm.finish_round(state, plans, outputs)     # aggregate + server step
 
-An algorithm whose local phase is more than one call of the clients (HIST's E
-edge rounds with edge aggregation in between) defines
-`local_phase(params, plans, data, run_clients) -> ClientOutput`, which the
-runner calls in place of the single `run_clients(params, plans, data)`; it
-works under every backend because `run_clients` is the backend's driver.
+`clients` is the backend's client driver (`backends.Clients`): the local phase
+runs the clients' programs with `clients.map` and loops between maps (HIST's
+E edge rounds) with `clients.scan`, the same code under every backend.
+`inputs` is this round's row of host-made round inputs (e.g. a virtual
+clock's schedule), or None.
 
 With a compiled backend (`vmap`, `map`) the three phases trace into one
-`jax.jit` and a chunk of rounds runs in `lax.scan` with the state buffers
-donated. With `sequential` the middle phase is a host loop of per-client jitted
-calls (for debugging and for CPU, where it can be fastest; PERF_NOTES.md).
-The federated data is always an argument, never a closure, so it is not
-compiled into the program as a constant and stays on device between rounds.
-With a device `mesh` (`sharding.client_mesh`) the compiled backends split the
-cohort over the devices (`sharding.shard_clients`); state and data are
-replicated on the mesh once, on the first call.
+`jax.jit` and a chunk of rounds runs in `lax.scan` (inputs as its xs) with the
+state buffers donated. With `sequential` the plan and finish phases are jitted
+and the local phase runs on the host, one jitted call per client (for
+debugging and for CPU, where it can be fastest; see the README's Speed
+section). The federated data is always an argument, never a closure, so it is
+not compiled into the program as a constant and stays on device between
+rounds. With a device `mesh` (`sharding.client_mesh`) the compiled backends
+split the cohort over the devices (`sharding.ShardedClients`); state and
+data are replicated on the mesh once, on the first call.
 """
-import functools
 from typing import Any, Protocol
 
 import jax
@@ -38,25 +38,17 @@ PyTree = Any
 class RoundAlgorithm(Protocol):
   """What the round compiler needs from an algorithm."""
 
-  def plan_round(self, state: ServerState, data: Any) -> ClientPlan:
+  def plan_round(self, state: ServerState, data: Any,
+                 inputs: PyTree = None) -> ClientPlan:
     ...
 
-  def client_update(self, params: Any, plan: ClientPlan,
-                    data: Any) -> ClientOutput:
+  def local_phase(self, state: ServerState, plans: ClientPlan, data: Any,
+                  clients: backends.Clients) -> ClientOutput:
     ...
 
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, Metrics]:
     ...
-
-
-def run_local_phase(algorithm, params, plans: ClientPlan, data,
-                    run_clients) -> ClientOutput:
-  """`algorithm.local_phase` if it has one, else one `run_clients` call."""
-  local_phase = getattr(algorithm, 'local_phase', None)
-  if local_phase is None:
-    return run_clients(params, plans, data)
-  return local_phase(params, plans, data, run_clients)
 
 
 class RoundRunner:
@@ -85,8 +77,8 @@ class RoundRunner:
     self.map_chunk_size = map_chunk_size or None
     self.mesh = mesh
     self._plan = jax.jit(algorithm.plan_round)
-    self._client = jax.jit(algorithm.client_update)
     self._finish = jax.jit(algorithm.finish_round, donate_argnums=0)
+    self._sequential = backends.SequentialClients()
     self._chunks = {}
 
   def place(self, tree: PyTree) -> PyTree:
@@ -94,48 +86,52 @@ class RoundRunner:
     the mesh, or unchanged on one device. Place the data once, not per call."""
     return tree if self.mesh is None else sharding.replicate(tree, self.mesh)
 
-  def round(self, state: ServerState, data) -> tuple[ServerState, Metrics]:
-    """One round as a pure traceable function (compiled backends only)."""
-    plans = self.algorithm.plan_round(state, data)
-    update = self.algorithm.client_update
-    if self.backend == 'vmap':
-      run_clients = functools.partial(backends.run_vmap, update)
-    else:
-      run_clients = functools.partial(backends.run_map, update,
-                                      chunk_size=self.map_chunk_size)
+  def clients(self) -> backends.Clients:
+    """The client driver of a compiled round."""
+    clients = backends.make_clients(self.backend, self.map_chunk_size)
     if self.mesh is not None:
-      run_clients = sharding.shard_clients(run_clients, self.mesh)
-    outputs = run_local_phase(self.algorithm, state.params, plans, data,
-                              run_clients)
+      clients = sharding.ShardedClients(clients, self.mesh)
+    return clients
+
+  def round(self, state: ServerState, data,
+            inputs: PyTree = None) -> tuple[ServerState, Metrics]:
+    """One round as a pure traceable function (compiled backends only)."""
+    plans = self.algorithm.plan_round(state, data, inputs)
+    outputs = self.algorithm.local_phase(state, plans, data, self.clients())
     return self.algorithm.finish_round(state, plans, outputs)
 
   def _compiled_chunk(self, num_rounds: int):
     if num_rounds not in self._chunks:
 
-      def chunk(state, data):
-        return jax.lax.scan(lambda s, _: self.round(s, data), state, None,
-                            length=num_rounds)
+      def chunk(state, data, inputs):
+        return jax.lax.scan(lambda s, x: self.round(s, data, x), state,
+                            inputs, length=num_rounds)
 
       self._chunks[num_rounds] = jax.jit(chunk, donate_argnums=0)
     return self._chunks[num_rounds]
 
-  def run(self, state: ServerState, data,
-          num_rounds: int) -> tuple[ServerState, Metrics]:
+  def run(self, state: ServerState, data, num_rounds: int,
+          inputs: PyTree = None) -> tuple[ServerState, Metrics]:
     """Runs `num_rounds` rounds; metrics get a leading round axis.
 
-    The input state's buffers are donated: use the returned state.
+    Args:
+      state: the server state; its buffers are donated: use the returned one.
+      data: the federated data.
+      num_rounds: rounds to run (compiled into one scan).
+      inputs: per-round inputs with a leading [num_rounds] axis (each round's
+        `plan_round` gets its row), or None.
     """
     state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
-      return self._compiled_chunk(num_rounds)(state, data)
+      return self._compiled_chunk(num_rounds)(state, data, inputs)
     history = []
-    for _ in range(num_rounds):
-      plans = self._plan(state, data)
-      run_clients = functools.partial(
-          backends.run_sequential, self.algorithm.client_update,
-          round_index=int(state.round), jitted_update=self._client)
-      outputs = run_local_phase(self.algorithm, state.params, plans, data,
-                                run_clients)
+    for r in range(num_rounds):
+      row = None if inputs is None else jax.tree.map(lambda x, r=r: x[r],
+                                                     inputs)
+      plans = self._plan(state, data, row)
+      self._sequential.round_index = int(state.round)
+      outputs = self.algorithm.local_phase(state, plans, data,
+                                           self._sequential)
       state, metrics = self._finish(state, plans, outputs)
       history.append(metrics)
     return state, jax.tree.map(lambda *xs: jnp.stack(xs), *history)

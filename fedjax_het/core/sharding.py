@@ -17,7 +17,6 @@ On CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=n` makes n CPU
 devices: the tests use it to check that a sharded round equals a one-device
 round, and on a multi-core CPU it runs clients on separate cores.
 """
-import functools
 import os
 import re
 from typing import Any, Callable
@@ -73,31 +72,36 @@ def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
   return jax.tree.map(place, tree)
 
 
-def shard_clients(run_clients: Callable, mesh: Mesh) -> Callable:
-  """`run_clients(params, plans, data)` with the cohort split over `mesh`.
+class ShardedClients:
+  """A client driver whose `map` splits the cohort over `mesh`.
+
+  Each device runs its slice of the cohort with the inner driver (vmap or
+  lax.map) through `jax.shard_map`: per-client inputs and outputs are split on
+  their leading cohort axis, shared inputs (global params, start models, the
+  federated data) are replicated. `scan` runs on every device alike.
 
   Args:
-    run_clients: a compiled-backend driver (`backends.run_vmap`/`run_map`
-      with the client update bound).
+    inner: `backends.VmapClients` or `backends.MapClients`.
     mesh: from `client_mesh`.
-
-  Returns:
-    The same signature; the cohort size must be a multiple of the mesh size.
   """
-  num_devices = mesh.devices.size
-  clients = PartitionSpec(CLIENT_AXIS)
 
-  @functools.wraps(run_clients)
-  def sharded(params, plans, data):
-    cohort = jax.tree.leaves(plans)[0].shape[0]
+  def __init__(self, inner, mesh: Mesh):
+    self.inner = inner
+    self.mesh = mesh
+
+  def map(self, fn: Callable, shared: PyTree, per_client: PyTree) -> PyTree:
+    num_devices = self.mesh.devices.size
+    cohort = jax.tree.leaves(per_client)[0].shape[0]
     if cohort % num_devices:
       raise ValueError(
           f'a cohort of {cohort} clients cannot be split evenly over '
           f'{num_devices} devices; use a multiple of {num_devices} clients '
           'per round (HIST: per round in all cells) or set client_devices.')
-    return jax.shard_map(run_clients, mesh=mesh,
-                         in_specs=(PartitionSpec(), clients, PartitionSpec()),
-                         out_specs=clients, check_vma=False)(params, plans,
-                                                             data)
+    clients = PartitionSpec(CLIENT_AXIS)
+    return jax.shard_map(
+        lambda s, c: self.inner.map(fn, s, c), mesh=self.mesh,
+        in_specs=(PartitionSpec(), clients), out_specs=clients,
+        check_vma=False)(shared, per_client)
 
-  return sharded
+  def scan(self, fn: Callable, carry: PyTree, xs: PyTree):
+    return self.inner.scan(fn, carry, xs)

@@ -8,6 +8,7 @@ from typing import Any
 
 import flax
 import jax
+import jax.numpy as jnp
 
 PyTree = Any
 
@@ -22,14 +23,32 @@ class ServerState:
       aggregated pseudo-gradient.
     round: int32 scalar, number of finished rounds.
     key: root PRNG key (raw uint32[2]); every random draw of round r derives
-      from `fold_in(key, r)`, so resumed and uninterrupted runs agree.
-    extras: algorithm-specific state (e.g. per-client memories), or None.
+      from `round_key(state)` = `fold_in(key, r)`, so resumed and
+      uninterrupted runs agree.
+    extras: algorithm-specific server state that is not per client, or None.
+    clients: per-client persistent state, leaves [num_clients, ...] (e.g.
+      FedVarp's memory of updates, FedAU's participation intervals, Markov
+      link states, Co-S²P's mask logits), or None. The round gathers the
+      cohort's rows into the local phase and scatters the rows the clients
+      return back (`core.client_state`); checkpointed like the rest.
   """
   params: PyTree
   opt_state: PyTree
   round: jax.Array
   key: jax.Array
   extras: PyTree = None
+  clients: PyTree = None
+
+
+def round_key(state: ServerState, stream: int | None = None) -> jax.Array:
+  """Key of round `state.round`, or of one named `stream` of its draws.
+
+  Every random draw of a round derives from `fold_in(state.key, round)`; an
+  algorithm's independent streams (systems draws, partitions, channel noise)
+  fold a constant of their own into it.
+  """
+  key = jax.random.fold_in(state.key, state.round)
+  return key if stream is None else jax.random.fold_in(key, stream)
 
 
 @flax.struct.dataclass
@@ -53,6 +72,13 @@ class ClientPlan:
     mask: pytree like the params with 0/1 entries selecting the client's
       submodel, or None for the full model.
     extras: algorithm-specific per-client inputs (e.g. FIARSE's threshold).
+    active: bool, or None for active; an idle slot (False) runs no step,
+      contributes nothing to the aggregate and leaves its client's
+      persistent state unchanged (e.g. a semi-asynchronous round's slot that
+      nobody is dispatched to).
+    start_model: int32 row of the round's table of start models the client
+      trains from (`FederatedAlgorithm.start_models`: HIST's edge models,
+      stale global versions), or None: the global model.
   """
   client_id: jax.Array
   key: jax.Array
@@ -62,6 +88,18 @@ class ClientPlan:
   segment: jax.Array
   mask: PyTree = None
   extras: PyTree = None
+  active: jax.Array | None = None
+  start_model: jax.Array | None = None
+
+  def is_active(self) -> jax.Array:
+    """`active` as a bool array (True where it is None), shaped like `weight`."""
+    if self.active is None:
+      return jnp.ones(jnp.shape(self.weight), bool)
+    return self.active
+
+  def active_weight(self) -> jax.Array:
+    """The aggregation weight, 0 on idle slots."""
+    return jnp.where(self.is_active(), self.weight, 0.0)
 
 
 @flax.struct.dataclass
@@ -69,15 +107,25 @@ class ClientOutput:
   """Result of one client's local training.
 
   Attributes:
-    delta: x_global − x_local (the pseudo-gradient), zero outside the mask.
+    delta: x_start − x_local (the pseudo-gradient), zero outside the mask.
     loss: mean training loss over the steps the client ran.
-    num_examples: number of examples processed (steps × batch size).
+    num_examples: number of examples processed (Σ steps × batch size).
     extras: algorithm-specific per-client outputs, or None.
+    emitted: the step outputs a program keeps (every `emit_every`-th step,
+      e.g. CSE-FSL's smashed data), leaves [steps // emit_every, ...], or
+      None.
+    emitted_active: bool [steps // emit_every]: whether the step that
+      emitted each output ran (a client with fewer steps emits less).
+    client_state: the client's persistent state after the round (a row of
+      `ServerState.clients`), or None.
   """
   delta: PyTree
   loss: jax.Array
   num_examples: jax.Array
   extras: PyTree = None
+  emitted: PyTree = None
+  emitted_active: jax.Array | None = None
+  client_state: PyTree = None
 
 
 @flax.struct.dataclass
@@ -85,12 +133,16 @@ class StepContext:
   """What a local step knows beyond its batch; the fifth argument of losses.
 
   Attributes:
-    global_params: the round's global parameters x̃ (e.g. FedProx's proximal
-      term, self-distillation from the global model).
-    step: int32 scalar, index of the local step (0-based).
+    global_params: the parameters the client started this phase from: the
+      round's global model x̃, or its row of the start-model table (e.g.
+      FedProx's proximal term, self-distillation from the global model).
+    step: int32 scalar, index of the local step in its phase (0-based).
     key: PRNG key of this step, independent of the minibatch draw (e.g.
       FjORD's per-step width, dropout).
+    client_state: the client's persistent state at the start of the phase
+      (read-only here; a program trains it through `trainable`), or None.
   """
   global_params: PyTree
   step: jax.Array
   key: jax.Array
+  client_state: PyTree = None
