@@ -157,7 +157,7 @@ class CifarPickles:
   label_key: str
 
   def describe(self) -> str:
-    return f'{self.folder}/ ({", ".join(self.train + self.test)})'
+    return f'{self.folder}/ with {", ".join(self.train + self.test)}'
 
   def _root(self, data_dir: str) -> str:
     """data_dir/folder if it exists, else data_dir (the folder itself may be given)."""

@@ -162,16 +162,18 @@ def _files_or_tfds(name: str, data_dir: str | None, raw: files.Idx | files.Cifar
     label_key: TFDS's label feature.
   """
   tfds_name = tfds_name or name
-  provide = f'put {raw.describe()} ({origin}) in it'
+  files_text = f'{raw.describe()} ({origin})'
   if data_dir:
     data_dir = os.path.expanduser(data_dir)
     if not os.path.isdir(data_dir):
-      raise ValueError(f'Dataset {name!r}: data_dir={data_dir} does not exist; {provide}, or '
-                       f'prepare TFDS\'s {tfds_name!r} there, and pass --config.data_dir=DIR.')
+      raise ValueError(f'Dataset {name!r}: data_dir={data_dir} does not exist; put {files_text} '
+                       f'there, or prepare TFDS\'s {tfds_name!r} there, and pass '
+                       '--config.data_dir=DIR.')
     if raw.present(data_dir):
       return ArrayDataset(name, *raw.read(data_dir, num_classes), num_classes=num_classes)
   return _read_tfds(name, tfds_name, data_dir, label_key=label_key,
-                    otherwise=f'; or {provide} and pass --config.data_dir=DIR')
+                    otherwise=f'; or put {files_text} in a directory DIR and pass '
+                              '--config.data_dir=DIR')
 
 
 _ORIGINS = {
