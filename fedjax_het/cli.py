@@ -23,12 +23,15 @@ from fedjax_het.core import sharding
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'demo.py')
 
-USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--distributed] [--config.KEY=VALUE ...]
+USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--distributed] [--config.KEY=VALUE ...]
 
   --config PATH        experiment file defining get_config(), or get_configs()
                        for a comparison (default: experiments/demo.py)
   --workdir DIR        where outputs and checkpoints go (default: runs/<config name>);
                        re-running on the same workdir resumes
+  --seeds N            train every config with seeds seed, seed+1, ..., seed+N-1 (each in
+                       <workdir>/<label>/seed<s>) and tabulate mean ± std (ddof=1);
+                       default: the file's SEEDS, else 1
   --distributed        multi-host: jax.distributed.initialize() first, which finds
                        its peers on Cloud TPU slices, SLURM, Open MPI and Kubernetes;
                        run the same command on every host
@@ -125,6 +128,22 @@ def parse_args(argv: list[str]) -> tuple[str, str | None, list[tuple[str, str]]]
   return config_path, workdir, overrides
 
 
+def pop_seeds(argv: list[str]) -> tuple[int | None, list[str]]:
+  """(N of `--seeds N` / `--seeds=N`, or None; argv without it)."""
+  rest, seeds, args = [], None, list(argv)
+  while args:
+    arg = args.pop(0)
+    name, eq, value = arg.partition('=')
+    if name != '--seeds':
+      rest.append(arg)
+      continue
+    value = value if eq else (args.pop(0) if args else '')
+    if not value.isdigit() or int(value) < 1:
+      raise ConfigError(f'--seeds takes a positive integer, got {value!r}.')
+    seeds = int(value)
+  return seeds, rest
+
+
 def _default_workdir(config_path: str) -> str:
   return os.path.join('runs', os.path.splitext(os.path.basename(config_path))[0])
 
@@ -165,16 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = [arg for arg in argv if arg != '--distributed']
     jax.distributed.initialize()
   try:
+    seeds, argv = pop_seeds(argv)
     config_path, workdir, overrides = parse_args(argv)
     workdir = workdir or _default_workdir(config_path)
     module = load_experiment(config_path)
-    if hasattr(module, 'get_configs'):
-      configs = {label: _overridden(c, overrides)
-                 for label, c in module.get_configs().items()}
+    seeds = seeds or getattr(module, 'SEEDS', 1)
+    if hasattr(module, 'get_configs') or seeds != 1:  # one config over seeds: a 1-row comparison
+      configs = (module.get_configs() if hasattr(module, 'get_configs') else
+                 {os.path.splitext(os.path.basename(config_path))[0]: module.get_config()})
+      configs = {label: _overridden(c, overrides) for label, c in configs.items()}
       print(compare.run_comparison(
           configs, workdir, run.train,
           getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
-          getattr(module, 'TITLE', '')))
+          getattr(module, 'TITLE', ''), seeds=seeds))
       print(f'outputs: {workdir}')
       return 0
     summary = run.train(_overridden(module.get_config(), overrides), workdir)

@@ -15,15 +15,26 @@ key with '/' descends into it (`final/local_accuracy`, `to_target/round`). The f
 set `COLUMNS`; the default reports final and last-5 accuracy. For submodel
 methods, `capacity_columns(capacities)` gives FIARSE's Table 1 layout: Local
 (mean of Model(γ)), Model(γ) per capacity, Global and Global per capacity.
+
+Seeds: `fedjax-het --config FILE --seeds N` (or `SEEDS = N` in the file; the flag wins) trains
+every config with seeds config.seed, config.seed + 1, …, + N − 1, run s in
+`<workdir>/<label>/seed<s>`. The table then shows mean ± std over the seeds of every numeric
+column (std with ddof = 1, the sample standard deviation; `[k/N]` where only k seeds have a
+value, e.g. a target not always reached), followed by one row per seed; comparison.json holds
+label → {seeds, stats: key → {mean, std, count}, summaries (per seed)}, and the plot's error bars
+are ± std. A single-config file run with N > 1 seeds is a comparison of one label, its file
+name. With one seed (the default) runs go to `<workdir>/<label>` as before.
 """
 import json
 import os
 from typing import Callable, Sequence
 
 import ml_collections
+import numpy as np
 
 from fedjax_het import plots
 from fedjax_het.algorithms.submodels import capacity_key
+from fedjax_het.config import ConfigError
 
 Column = tuple[str, str]
 DEFAULT_COLUMNS: tuple[Column, ...] = (
@@ -88,40 +99,124 @@ def capacity_sweep(summary: dict) -> dict[float, float]:
   return dict(sorted(sweep.items()))
 
 
+def seed_stats(values: Sequence) -> dict:
+  """Mean, sample std (ddof = 1; None below 2 values) and count of the numeric values.
+
+  None and non-numeric entries (a missing key, a target not reached) are left out.
+  """
+  numbers = [float(v) for v in values
+             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+  return {'mean': float(np.mean(numbers)) if numbers else None,
+          'std': float(np.std(numbers, ddof=1)) if len(numbers) > 1 else None,
+          'count': len(numbers)}
+
+
+def format_stats(key: str, stats: dict, runs: int) -> str:
+  """'mean ± std' in the column's format, with [count/runs] where seeds lack a value."""
+  text = format_cell(key, stats['mean'])
+  if stats['std'] is not None:
+    text += ' ± ' + format_cell(key, stats['std'])
+  if 0 < stats['count'] < runs:
+    text += f' [{stats["count"]}/{runs}]'
+  return text
+
+
+def seeds_table(runs: dict[str, dict[int, dict]], columns: Sequence[Column]) -> str:
+  """Mean ± std over each label's seeds, one row per label, then one row per seed.
+
+  Args:
+    runs: label → seed → that run's summary.
+    columns: the table's (header, summary key) columns.
+  """
+  lines = ['| method | ' + ' | '.join(h for h, _ in columns) + ' |',
+           '| --- |' + ' --- |' * len(columns)]
+  for label, by_seed in runs.items():
+    stats = stats_by_key(list(by_seed.values()), columns)
+    cells = [format_stats(key, stats[key], len(by_seed)) for _, key in columns]
+    lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+  per_seed = {f'{label} (seed {seed})': summary
+              for label, by_seed in runs.items() for seed, summary in by_seed.items()}
+  return '\n'.join(lines) + '\n\nPer seed:\n\n' + markdown_table(per_seed, columns)
+
+
+def stats_by_key(summaries: list[dict], columns: Sequence[Column]) -> dict[str, dict]:
+  """key → `seed_stats` of that column over the summaries."""
+  return {key: seed_stats([lookup(s, key) for s in summaries]) for _, key in columns}
+
+
+def _train_seeds(configs, workdir, train, seeds) -> dict[str, dict[int, dict]]:
+  """label → seed → summary; seeds config.seed … config.seed + seeds − 1, one run each."""
+  runs = {}
+  for label, config in configs.items():
+    runs[label] = {}
+    for seed in range(config.seed, config.seed + seeds):
+      run_dir = os.path.join(workdir, label, *([f'seed{seed}'] if seeds > 1 else []))
+      print(f'--- {label}' + (f', seed {seed}' if seeds > 1 else '') + ' ---', flush=True)
+      seeded = config.copy_and_resolve_references()
+      seeded.seed = seed
+      runs[label][seed] = train(seeded, run_dir)
+  return runs
+
+
+def _plot(runs: dict[str, dict[int, dict]], columns: Sequence[Column], path: str, title: str,
+          spread: bool) -> None:
+  """The accuracy columns' bars and the capacity sweep: seed means, with ± std if `spread`."""
+  accuracy_columns = [(h, k) for h, k in columns if _is_accuracy(k)]
+  bars, errors, sweeps, sweep_errors = {}, {}, {}, {}
+  for label, by_seed in runs.items():
+    stats = stats_by_key(list(by_seed.values()), accuracy_columns)
+    bars[label] = [stats[k]['mean'] for _, k in accuracy_columns]
+    errors[label] = [stats[k]['std'] for _, k in accuracy_columns]
+    per_seed = [capacity_sweep(s) for s in by_seed.values()]
+    sweep = {g: seed_stats([c.get(g) for c in per_seed]) for g in sorted(set().union(*per_seed))}
+    sweeps[label] = {g: st['mean'] for g, st in sweep.items()}
+    sweep_errors[label] = {g: st['std'] for g, st in sweep.items()}
+  plots.plot_comparison(bars, [h for h, _ in accuracy_columns], sweeps, path, title=title,
+                        errors=errors if spread else None,
+                        sweep_errors=sweep_errors if spread else None)
+
+
 def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
                    train: Callable[[ml_collections.ConfigDict, str], dict],
                    columns: Sequence[Column] = DEFAULT_COLUMNS,
-                   title: str = '') -> str:
+                   title: str = '', seeds: int = 1) -> str:
   """Trains every config (resuming finished or partial runs) → the table.
 
   Args:
     configs: label → config.
-    workdir: the comparison's directory; run `label` goes to workdir/label.
+    workdir: the comparison's directory; run `label` goes to workdir/label (with seeds > 1,
+      workdir/label/seed<s>).
     train: `fedjax_het.run.train` (passed in to keep this module light).
     columns: the table's (header, summary key) columns.
     title: heading of the table and plot.
+    seeds: runs per config, with seeds config.seed, config.seed + 1, …; above 1 the table
+      shows mean ± std (ddof = 1) per column and the per-seed rows.
 
   Returns:
     The Markdown table (with its heading), also written to comparison.md.
   """
   if not configs:
     raise ValueError('get_configs() returned no config.')
+  if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+    raise ConfigError(f'the number of seeds must be a positive integer, got {seeds!r}.')
   os.makedirs(workdir, exist_ok=True)
-  summaries = {}
-  for label, config in configs.items():
-    print(f'--- {label} ---', flush=True)
-    summaries[label] = train(config, os.path.join(workdir, label))
-  table = markdown_table(summaries, columns)
+  runs = _train_seeds(configs, workdir, train, seeds)
+  if seeds == 1:
+    results = {label: by_seed[configs[label].seed] for label, by_seed in runs.items()}
+    table = markdown_table(results, columns)
+  else:
+    title = (f'{title}, ' if title else '') + f'mean ± std over {seeds} seeds'
+    results = {label: {'seeds': list(by_seed),
+                       'stats': stats_by_key(list(by_seed.values()), columns),
+                       'summaries': list(by_seed.values())}
+               for label, by_seed in runs.items()}
+    table = (seeds_table(runs, columns) +
+             '\n\nmean ± std: the sample standard deviation (ddof = 1) over the seeds; [k/N]: '
+             'only k of the N seeds have a value.')
   text = (f'## {title}\n\n' if title else '') + table + '\n'
   with open(os.path.join(workdir, 'comparison.md'), 'w') as f:
     f.write(text)
   with open(os.path.join(workdir, 'comparison.json'), 'w') as f:
-    json.dump(summaries, f, indent=2)
-  accuracy_columns = [(h, k) for h, k in columns if _is_accuracy(k)]
-  plots.plot_comparison(
-      {label: [lookup(s, k) for _, k in accuracy_columns]
-       for label, s in summaries.items()},
-      [h for h, _ in accuracy_columns],
-      {label: capacity_sweep(s) for label, s in summaries.items()},
-      os.path.join(workdir, 'comparison.png'), title=title)
+    json.dump(results, f, indent=2)
+  _plot(runs, columns, os.path.join(workdir, 'comparison.png'), title, spread=seeds > 1)
   return text

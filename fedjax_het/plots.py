@@ -26,9 +26,15 @@ def plot_curves(rows: list[dict], path: str, title: str = '') -> None:
 
 def plot_comparison(bars: dict[str, list], headers: list[str],
                     sweeps: dict[str, dict[float, float]], path: str,
-                    title: str = '') -> None:
+                    title: str = '', errors: dict[str, list] | None = None,
+                    sweep_errors: dict[str, dict[float, float]] | None = None) -> None:
   """Grouped bars (one group per header, one bar per method) and, where any
-  method has accuracies at ≥ 2 capacities, accuracy against capacity γ."""
+  method has accuracies at ≥ 2 capacities, accuracy against capacity γ.
+
+  `errors` and `sweep_errors` (same layout as `bars` and `sweeps`, None
+  entries allowed) draw ± error bars, e.g. the std over seeds.
+  """
+  zero = lambda values: [v if v is not None else 0 for v in values]
   with_sweep = any(len(s) >= 2 for s in sweeps.values())
   fig = Figure(figsize=(12 if with_sweep else 8, 4))
   axes = fig.subplots(1, 2 if with_sweep else 1, squeeze=False)
@@ -36,8 +42,8 @@ def plot_comparison(bars: dict[str, list], headers: list[str],
   width = 0.8 / max(1, len(bars))
   for i, (label, values) in enumerate(bars.items()):
     xs = [j + i * width for j in range(len(headers))]
-    bar_ax.bar(xs, [v if v is not None else 0 for v in values], width,
-               label=label)
+    yerr = zero(errors[label]) if errors else None
+    bar_ax.bar(xs, zero(values), width, yerr=yerr, capsize=2, label=label)
   bar_ax.set_xticks([j + 0.4 - width / 2 for j in range(len(headers))])
   bar_ax.set_xticklabels(headers, rotation=30, ha='right', fontsize=8)
   bar_ax.set(ylabel='test accuracy', ylim=(0, 1))
@@ -47,8 +53,9 @@ def plot_comparison(bars: dict[str, list], headers: list[str],
     sweep_ax = axes[0, 1]
     for label, sweep in sweeps.items():
       if sweep:
-        sweep_ax.plot(list(sweep), list(sweep.values()), marker='o',
-                      label=label)
+        yerr = zero(sweep_errors[label].values()) if sweep_errors else None
+        sweep_ax.errorbar(list(sweep), list(sweep.values()), yerr=yerr, marker='o',
+                          capsize=2, label=label)
     sweep_ax.set(xscale='log', xlabel='submodel size γ',
                  ylabel='global test accuracy', ylim=(0, 1),
                  title='Submodels of any size (unparticipated clients)')

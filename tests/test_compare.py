@@ -1,7 +1,10 @@
 """Comparisons through the command line: tables, plots and per-capacity metrics."""
 import json
+import math
 import os
 import textwrap
+
+import pytest
 
 from fedjax_het import cli, compare
 
@@ -67,3 +70,66 @@ def test_table_cells_and_lookup():
       {'m': summary}, [('acc', 'final/accuracy@0.25'), ('r', 'rounds'),
                        ('t', 'to_target/round')])
   assert table.splitlines()[-1] == '| m | 50.00 | 7 | – |'
+
+
+def read_json(path):
+  return json.loads(path.read_text())
+
+
+def test_seeds_flag_runs_every_config_per_seed_and_tabulates_mean_and_std(tmp_path):
+  path = tmp_path / 'tiny.py'
+  path.write_text(COMPARISON)
+  workdir = tmp_path / 'out'
+  assert cli.main(['--config', str(path), f'--workdir={workdir}', '--seeds', '2',
+                   '--config.seed=3', '--config.rounds=2']) == 0
+  results = read_json(workdir / 'comparison.json')
+  table = (workdir / 'comparison.md').read_text()
+  header = [h.strip() for h in table.splitlines()[2].split('|')]
+  for method in ('fiarse', 'heterofl'):
+    runs = [workdir / method / f'seed{seed}' for seed in (3, 4)]
+    assert [read_json(r / 'config.json')['seed'] for r in runs] == [3, 4]
+    summaries = [read_json(r / 'summary.json') for r in runs]
+    assert results[method]['seeds'] == [3, 4] and results[method]['summaries'] == summaries
+    values = [s['final']['test_accuracy'] for s in summaries]
+    stats = results[method]['stats']['final/test_accuracy']
+    assert stats['count'] == 2 and stats['mean'] == pytest.approx(sum(values) / 2)
+    assert stats['std'] == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2))  # ddof=1
+    row = next(l for l in table.splitlines() if l.startswith(f'| {method} |'))
+    cell = row.split('|')[header.index('Global')].strip()
+    assert cell == f'{100 * stats["mean"]:.2f} ± {100 * stats["std"]:.2f}'
+    for seed, value in zip((3, 4), values):
+      row = next(l for l in table.splitlines() if l.startswith(f'| {method} (seed {seed}) |'))
+      assert row.split('|')[header.index('Global')].strip() == f'{100 * value:.2f}'
+  assert 'mean ± std over 2 seeds' in table and 'ddof = 1' in table
+  assert (workdir / 'comparison.png').exists()
+
+
+def test_a_single_config_runs_over_the_files_seeds(tmp_path, capsys):
+  path = tmp_path / 'one.py'
+  path.write_text(textwrap.dedent('''
+      from fedjax_het.config import base_config
+      SEEDS = 2
+
+      def get_config():
+        c = base_config()
+        c.update(dict(num_clients=6, clients_per_round=3, rounds=2, local_steps=2,
+                      batch_size=8, eval_every=1, checkpoint_every=2, progress=False))
+        c.model_options.hidden = (8,)
+        return c
+  '''))
+  workdir = tmp_path / 'out'
+  assert cli.main(['--config', str(path), f'--workdir={workdir}']) == 0
+  assert [read_json(workdir / 'one' / f'seed{s}' / 'config.json')['seed'] for s in (0, 1)] == [0, 1]
+  rows = [l for l in (workdir / 'comparison.md').read_text().splitlines() if l.startswith('| one')]
+  assert len(rows) == 3 and '±' in rows[0]  # the mean ± std row, then one row per seed
+  assert cli.main(['--config', str(path), '--seeds', '0']) == 2
+  assert '--seeds takes a positive integer' in capsys.readouterr().err
+
+
+def test_seed_stats_and_cells():
+  stats = compare.seed_stats([0.5, 0.7, None])
+  assert stats['count'] == 2 and stats['mean'] == pytest.approx(0.6)
+  assert stats['std'] == pytest.approx(math.sqrt(0.02))  # sample std: Σ(x − x̄)² / (n − 1)
+  assert compare.format_stats('final_test_accuracy', stats, 3) == '60.00 ± 14.14 [2/3]'
+  assert compare.format_stats('rounds', compare.seed_stats([7]), 1) == '7'
+  assert compare.format_stats('to_target/round', compare.seed_stats([None, None]), 2) == '–'

@@ -333,6 +333,7 @@ def test_normalize():
     ('digits', {'num_train': 3}, 'Unknown option'),
     ('mnist', {'emnist_split': 'letters'}, 'Unknown option'),
     ('emnist', {'emnist_split': 'nope'}, 'emnist_split'),
+    ('cifar100', {'cifar100_labels': 'medium'}, 'cifar100_labels'),
     ('digits', {'test_fraction': 1.5}, 'test_fraction'),
     ('synthetic', {'num_classes': 1}, 'num_classes'),
 ])
@@ -344,6 +345,7 @@ def test_load_dataset_errors(name, options, match):
 @pytest.mark.parametrize('name, options, shape, num_classes', [
     ('mnist', {}, (28, 28, 1), 10),
     ('cifar10', {}, (32, 32, 3), 10),
+    ('cifar100', {'cifar100_labels': 'coarse'}, (32, 32, 3), 20),
     ('emnist', {}, (28, 28, 1), 47),
     ('emnist', {'emnist_split': 'digits'}, (28, 28, 1), 10),
 ])

@@ -3,7 +3,9 @@
 Command (GPU, CIFAR-10 prepared in TFDS's data_dir):
   fedjax-het --config experiments/fiarse/table1.py --workdir runs/fiarse_t1_c10
   CIFAR-100: add --config.dataset=cifar100 (and another --workdir).
+  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
 Prepare data once: python -c "import tensorflow_datasets as tfds; tfds.builder('cifar10').download_and_prepare()"
+  or extract cifar-10-python.tar.gz into DIR and add --config.data_dir=DIR (no TFDS needed).
 
 Paper (test accuracy %, Local | Model(1/64, 1/16, 1/4, 1) | Global):
   CIFAR-10   HeteroFL 68.88 | 60.24 69.32 72.18 73.76 | 66.05
@@ -16,9 +18,10 @@ Paper (test accuracy %, Local | Model(1/64, 1/16, 1/4, 1) | Global):
              FIARSE   41.76 | 39.12 43.24 43.72 40.96 | 38.63
 Protocol and deviations: fiarse_setup.py.
 """
-from fiarse_setup import FOUR_SIZES, columns, paper_config
+from fiarse_setup import FOUR_SIZES, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE Table 1 (4 sizes, 10% participation)'
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
 COLUMNS = columns(FOUR_SIZES)
 
 

@@ -2,6 +2,7 @@
 
 Command (GPU): fedjax-het --config experiments/fiarse/table5.py --workdir runs/fiarse_t5_c10
   CIFAR-100: add --config.dataset=cifar100.
+  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
 
 Paper (Local | Model(0.04, 0.16, 0.36, 0.64, 1) | Global):
   CIFAR-10   HeteroFL 72.93 | 64.05 71.80 75.75 77.25 75.80 | 70.38
@@ -15,9 +16,10 @@ Paper (Local | Model(0.04, 0.16, 0.36, 0.64, 1) | Global):
              FjORD    43.11 | 42.19 43.90 45.00 42.25 42.20 | 40.73
              FIARSE   45.94 | 44.35 45.65 47.80 47.00 44.90 | 42.61
 """
-from fiarse_setup import FIVE_SIZES, columns, paper_config
+from fiarse_setup import FIVE_SIZES, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE Table 5 (5 sizes, 10% participation)'
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
 COLUMNS = columns(FIVE_SIZES)
 
 
