@@ -108,8 +108,7 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
     raise ValueError('get_configs() returned no config.')
   os.makedirs(workdir, exist_ok=True)
   summaries = {}
-  for label, config in configs.items():
-    print(f'--- {label} ---', flush=True)
+  for label, config in configs.items():  # each run's progress bar says `label`
     summaries[label] = train(config, os.path.join(workdir, label))
   table = markdown_table(summaries, columns)
   text = (f'## {title}\n\n' if title else '') + table + '\n'

@@ -14,6 +14,4 @@ from hist_setup import scaled_config
 
 
 def get_config():
-  config = scaled_config('hist', num_cells=4, rounds=40, target=0.9)
-  config.progress = True
-  return config
+  return scaled_config('hist', num_cells=4, rounds=40, target=0.9)
