@@ -1,7 +1,7 @@
 """The heterogeneous demo: FIARSE vs HeteroFL, four capacity levels, offline.
 
 Command:   fedjax-het            (or: fedjax-het --config experiments/demo.py)
-Expected:  about a minute on 2 CPU cores; prints FIARSE's Table-1 layout
+Expected:  about a minute on 2 CPU cores (measured 46–65 s); prints FIARSE's Table-1 layout
            (Local and Global accuracy per capacity) for both methods and
            writes runs/demo/comparison.{md,json,png}.
 

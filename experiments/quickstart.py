@@ -1,7 +1,7 @@
 """Quickstart: FedAvg on scikit-learn's digits with Dirichlet non-IID clients.
 
 Command:   fedjax-het --config experiments/quickstart.py
-Expected:  about a minute on 2 CPU cores, final test accuracy ≥ 0.92.
+Expected:  about 15 s on 2 CPU cores (measured 14–15 s), final test accuracy ≥ 0.92.
 
 100 clients hold the 1437 training digits split by Dirichlet(0.5) over labels;
 each round 10 clients run 10 SGD steps of batch 16 on an MLP 64-200-10.

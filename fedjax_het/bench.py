@@ -162,12 +162,23 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
 def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
               algorithm: str | None = None, client_devices: int = 0,
               conv_impl: str = '', **overrides: int) -> dict:
-  """Runs one benchmark; returns the result dict printed as the last line."""
+  """Runs one benchmark; returns the result dict printed as the last line.
+
+  `overrides` replace the workload's num_clients, cohort or local_steps;
+  None keeps the workload's own.
+  """
   if workload_name not in WORKLOADS:
     raise ValueError(f'unknown workload {workload_name!r}; choose one of '
                      f'{", ".join(WORKLOADS)}.')
-  workload = dataclasses.replace(
-      WORKLOADS[workload_name], **{k: v for k, v in overrides.items() if v})
+  if algorithm is not None and algorithm not in algorithms.ALGORITHMS:
+    raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
+                     f'{", ".join(sorted(algorithms.ALGORITHMS))}.')
+  overrides = {k: v for k, v in overrides.items() if v is not None}
+  for key, value in overrides.items():
+    if value < 1:
+      raise ValueError(f'--{key.replace("_", "-")} must be at least 1, got '
+                       f'{value}.')
+  workload = dataclasses.replace(WORKLOADS[workload_name], **overrides)
   if conv_impl:
     if workload.model == 'mlp':
       raise ValueError(f'{workload_name} has no convolutions (--conv-impl).')
@@ -211,9 +222,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       choices=('auto', 'vmap', 'map', 'sequential'))
   parser.add_argument('--rounds', type=int, default=10, help='timed rounds (after a warm-up)')
   parser.add_argument('--algorithm', help="default: the workload's (fedavg, W-FIARSE: fiarse)")
-  parser.add_argument('--num-clients', type=int, default=0, help='clients in the federation')
-  parser.add_argument('--cohort', type=int, default=0, help='clients per round')
-  parser.add_argument('--local-steps', type=int, default=0)
+  parser.add_argument('--num-clients', type=int, help='clients in the federation')
+  parser.add_argument('--cohort', type=int, help='clients per round')
+  parser.add_argument('--local-steps', type=int)
   parser.add_argument('--conv-impl', default='', choices=('', 'auto', 'xla', 'im2col'),
                       help="convolutions of the workload's model (default: auto)")
   parser.add_argument('--client-devices', type=int, default=0,

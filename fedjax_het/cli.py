@@ -19,6 +19,7 @@ import ml_collections
 
 from fedjax_het.config import OPEN_DICTS, ConfigError
 from fedjax_het.core import sharding
+from fedjax_het.workdir import WorkdirError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'demo.py')
@@ -27,8 +28,9 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
 
   --config PATH        experiment file defining get_config(), or get_configs()
                        for a comparison (default: experiments/demo.py)
-  --workdir DIR        where outputs and checkpoints go (default: runs/<config name>);
-                       re-running on the same workdir resumes
+  --workdir DIR        where outputs and checkpoints go (default: runs/ followed by the
+                       config's path under experiments/, e.g. runs/hist/quickstart);
+                       re-running on the same workdir resumes; one run at a time
   --seeds N            train every config with seeds seed, seed+1, ..., seed+N-1 (each in
                        <workdir>/<label>/seed<s>) and tabulate mean ± std (ddof=1);
                        default: the file's SEEDS, else 1
@@ -60,13 +62,39 @@ def load_experiment(path: str):
   return module
 
 
+def _checked(config, path: str, function: str) -> ml_collections.ConfigDict:
+  """`config` if it is a ConfigDict, else a ConfigError naming the file."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ConfigError(
+        f'{function} in {path!r} returned a {type(config).__name__}; it must '
+        'return an ml_collections.ConfigDict built on '
+        'fedjax_het.config.base_config().')
+  return config
+
+
+def experiment_config(module, path: str) -> ml_collections.ConfigDict:
+  """The module's `get_config()`, checked."""
+  return _checked(module.get_config(), path, 'get_config()')
+
+
+def experiment_configs(module, path: str) -> dict[str, ml_collections.ConfigDict]:
+  """The module's `get_configs()` (label → config), checked."""
+  configs = module.get_configs()
+  if not isinstance(configs, dict):
+    raise ConfigError(f'get_configs() in {path!r} returned a '
+                      f'{type(configs).__name__}; it must return a dict '
+                      'label → ConfigDict.')
+  return {label: _checked(c, path, f'get_configs()[{label!r}]')
+          for label, c in configs.items()}
+
+
 def load_config(path: str) -> ml_collections.ConfigDict:
   """Imports an experiment file and returns its `get_config()`."""
   module = load_experiment(path)
   if not hasattr(module, 'get_config'):
     raise ConfigError(f'config file {path!r} is a comparison (get_configs()); '
                       'run it with fedjax-het --config.')
-  return module.get_config()
+  return experiment_config(module, path)
 
 
 def parse_value(text: str):
@@ -144,8 +172,17 @@ def pop_seeds(argv: list[str]) -> tuple[int | None, list[str]]:
   return seeds, rest
 
 
-def _default_workdir(config_path: str) -> str:
-  return os.path.join('runs', os.path.splitext(os.path.basename(config_path))[0])
+def default_workdir(config_path: str) -> str:
+  """runs/<the config's path under experiments/, without .py>, else runs/<name>.
+
+  experiments/quickstart.py → runs/quickstart; experiments/hist/quickstart.py
+  → runs/hist/quickstart, so two config files never share a default workdir.
+  """
+  parts = os.path.splitext(os.path.abspath(config_path))[0].split(os.sep)
+  if 'experiments' in parts[:-1]:
+    last = len(parts) - 1 - parts[::-1].index('experiments')
+    return os.path.join('runs', *parts[last + 1:])
+  return os.path.join('runs', parts[-1])
 
 
 def _overridden(config, overrides):
@@ -158,7 +195,7 @@ def resolve(argv: list[str]) -> tuple[ml_collections.ConfigDict, str]:
   """The config (with overrides applied) and workdir named by `argv`."""
   config_path, workdir, overrides = parse_args(argv)
   config = _overridden(load_config(config_path), overrides)
-  return config, workdir or _default_workdir(config_path)
+  return config, workdir or default_workdir(config_path)
 
 
 def _print_summary(summary: dict, workdir: str) -> None:
@@ -186,12 +223,14 @@ def main(argv: list[str] | None = None) -> int:
   try:
     seeds, argv = pop_seeds(argv)
     config_path, workdir, overrides = parse_args(argv)
-    workdir = workdir or _default_workdir(config_path)
+    workdir = workdir or default_workdir(config_path)
     module = load_experiment(config_path)
     seeds = seeds or getattr(module, 'SEEDS', 1)
     if hasattr(module, 'get_configs') or seeds != 1:  # one config over seeds: a 1-row comparison
-      configs = (module.get_configs() if hasattr(module, 'get_configs') else
-                 {os.path.splitext(os.path.basename(config_path))[0]: module.get_config()})
+      configs = (experiment_configs(module, config_path)
+                 if hasattr(module, 'get_configs') else
+                 {os.path.splitext(os.path.basename(config_path))[0]:
+                  experiment_config(module, config_path)})
       configs = {label: _overridden(c, overrides) for label, c in configs.items()}
       print(compare.run_comparison(
           configs, workdir, run.train,
@@ -199,11 +238,13 @@ def main(argv: list[str] | None = None) -> int:
           getattr(module, 'TITLE', ''), seeds=seeds))
       print(f'outputs: {workdir}')
       return 0
-    summary = run.train(_overridden(module.get_config(), overrides), workdir)
+    summary = run.train(
+        _overridden(experiment_config(module, config_path), overrides), workdir)
   except ConfigError as e:
     print(f'fedjax-het: error: {e}', file=sys.stderr)
     return 2
-  except (run.TrainingDiverged, checkpoint.CheckpointError, ClientError) as e:
+  except (run.TrainingDiverged, checkpoint.CheckpointError, ClientError,
+          WorkdirError) as e:
     print(f'fedjax-het: {e}', file=sys.stderr)
     return 1
   except run.RunInterrupted as e:

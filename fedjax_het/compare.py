@@ -151,7 +151,6 @@ def _train_seeds(configs, workdir, train, seeds) -> dict[str, dict[int, dict]]:
     runs[label] = {}
     for seed in range(config.seed, config.seed + seeds):
       run_dir = os.path.join(workdir, label, *([f'seed{seed}'] if seeds > 1 else []))
-      print(f'--- {label}' + (f', seed {seed}' if seeds > 1 else '') + ' ---', flush=True)
       seeded = config.copy_and_resolve_references()
       seeded.seed = seed
       runs[label][seed] = train(seeded, run_dir)

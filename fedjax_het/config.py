@@ -154,6 +154,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 50
   c.checkpoints_to_keep = 2
   c.progress = True
+  c.metric_writers = ()        # besides metrics.jsonl: 'tensorboard', 'wandb' (fedjax_het/logging_writers.py)
   return c
 
 

@@ -24,44 +24,56 @@ def plot_curves(rows: list[dict], path: str, title: str = '') -> None:
   fig.savefig(path, dpi=110)
 
 
-def plot_comparison(bars: dict[str, list], headers: list[str],
-                    sweeps: dict[str, dict[float, float]], path: str,
-                    title: str = '', errors: dict[str, list] | None = None,
-                    sweep_errors: dict[str, dict[float, float]] | None = None) -> None:
+def comparison_figure(bars: dict[str, list], headers: list[str],
+                      sweeps: dict[str, dict[float, float]], title: str = '',
+                      errors: dict[str, list] | None = None,
+                      sweep_errors: dict[str, dict[float, float]] | None = None
+                      ) -> Figure:
   """Grouped bars (one group per header, one bar per method) and, where any
   method has accuracies at ≥ 2 capacities, accuracy against capacity γ.
 
   `errors` and `sweep_errors` (same layout as `bars` and `sweeps`, None
-  entries allowed) draw ± error bars, e.g. the std over seeds.
+  entries allowed) draw ± error bars, e.g. the std over seeds. One legend for
+  both panels sits outside them, so it never covers a bar.
   """
   zero = lambda values: [v if v is not None else 0 for v in values]
   with_sweep = any(len(s) >= 2 for s in sweeps.values())
-  fig = Figure(figsize=(12 if with_sweep else 8, 4))
+  fig = Figure(figsize=(13 if with_sweep else 9, 4), layout='constrained')
   axes = fig.subplots(1, 2 if with_sweep else 1, squeeze=False)
   bar_ax = axes[0, 0]
   width = 0.8 / max(1, len(bars))
   for i, (label, values) in enumerate(bars.items()):
     xs = [j + i * width for j in range(len(headers))]
     yerr = zero(errors[label]) if errors else None
-    bar_ax.bar(xs, zero(values), width, yerr=yerr, capsize=2, label=label)
+    bar_ax.bar(xs, zero(values), width, yerr=yerr, capsize=2, label=label,
+               color=f'C{i}')
   bar_ax.set_xticks([j + 0.4 - width / 2 for j in range(len(headers))])
   bar_ax.set_xticklabels(headers, rotation=30, ha='right', fontsize=8)
   bar_ax.set(ylabel='test accuracy', ylim=(0, 1))
-  bar_ax.legend(fontsize=8)
   bar_ax.grid(alpha=0.3, axis='y')
   if with_sweep:
     sweep_ax = axes[0, 1]
-    for label, sweep in sweeps.items():
+    for i, (label, sweep) in enumerate(sweeps.items()):
       if sweep:
         yerr = zero(sweep_errors[label].values()) if sweep_errors else None
-        sweep_ax.errorbar(list(sweep), list(sweep.values()), yerr=yerr, marker='o',
-                          capsize=2, label=label)
+        sweep_ax.errorbar(list(sweep), list(sweep.values()), yerr=yerr,
+                          marker='o', capsize=2, color=f'C{i}')
     sweep_ax.set(xscale='log', xlabel='submodel size γ',
                  ylabel='global test accuracy', ylim=(0, 1),
                  title='Submodels of any size (unparticipated clients)')
-    sweep_ax.legend(fontsize=8)
     sweep_ax.grid(alpha=0.3)
+  fig.legend(*bar_ax.get_legend_handles_labels(), loc='outside right upper',
+             fontsize=8)
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  return fig
+
+
+def plot_comparison(bars: dict[str, list], headers: list[str],
+                    sweeps: dict[str, dict[float, float]], path: str,
+                    title: str = '', errors: dict[str, list] | None = None,
+                    sweep_errors: dict[str, dict[float, float]] | None = None
+                    ) -> None:
+  """`comparison_figure` as a PNG."""
+  comparison_figure(bars, headers, sweeps, title, errors,
+                    sweep_errors).savefig(path, dpi=110)

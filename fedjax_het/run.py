@@ -2,7 +2,8 @@
 
 Outputs in the workdir:
   config.json      the resolved config
-  metrics.jsonl    one JSON object per evaluated round
+  metrics.jsonl    one JSON object per evaluated round (and, with
+                   `metric_writers`, TensorBoard or W&B; logging_writers.py)
   summary.json     final metrics
   curves.png       test accuracy and train loss against rounds
   checkpoints/     orbax checkpoints every `checkpoint_every` rounds
@@ -12,9 +13,15 @@ ends bit-identical to an uninterrupted run: all randomness is a function of the
 seed and the round index, the host-side counters are checkpointed with the
 state, and rounds are grouped into compiled chunks at the same boundaries.
 Ctrl-C finishes the current chunk, checkpoints it and exits.
+
+A run owns its workdir while it runs (`fedjax_het.workdir.lock`). Resume
+survives damaged files: it falls back to the newest readable checkpoint, drops
+a torn last line of metrics.jsonl, and names the file when one cannot be used;
+a failed write (e.g. a full disk) stops the run with the last checkpoint kept.
 """
 import json
 import os
+import re
 import signal
 import time
 
@@ -24,7 +31,7 @@ import numpy as np
 import tqdm
 
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
-    models, plots
+    logging_writers, models, plots, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
@@ -32,7 +39,10 @@ from fedjax_het.core.sharding import client_mesh
 
 # Keys that may change when a run is resumed (they do not change the math).
 _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
-                      'checkpoint_every', 'checkpoints_to_keep')
+                      'checkpoint_every', 'checkpoints_to_keep',
+                      'metric_writers')
+# Path keys: `~` and environment variables in them are expanded.
+_PATH_KEYS = ('data_dir', 'systems.trace')
 
 
 class TrainingDiverged(RuntimeError):
@@ -73,23 +83,50 @@ class MetricsLog:
 
   On resume, rows logged after the restored round (never checkpointed, e.g.
   before a crash) are dropped, so the file continues exactly as an
-  uninterrupted run's.
+  uninterrupted run's; so is a torn last line (a crash while writing it).
+  Every row also goes to the `writers` (TensorBoard, W&B).
   """
 
-  def __init__(self, path: str, resume_round: int):
+  def __init__(self, path: str, resume_round: int,
+               writers: list[logging_writers.MetricWriter] = ()):
     self.path = path
-    self.rows = []
-    if os.path.exists(path):
-      with open(path) as f:
-        self.rows = [json.loads(line) for line in f if line.strip()]
-    self.rows = [r for r in self.rows if r['round'] <= resume_round]
-    with open(path, 'w') as f:
-      f.writelines(json.dumps(row) + '\n' for row in self.rows)
+    self.writers = list(writers)
+    self.rows = [r for r in read_metrics(path) if r['round'] <= resume_round]
+    workdir_lib.write_text(
+        path, ''.join(json.dumps(row) + '\n' for row in self.rows))
 
   def append(self, row: dict) -> None:
     self.rows.append(row)
     with open(self.path, 'a') as f:
       f.write(json.dumps(row) + '\n')
+    for writer in self.writers:
+      writer.write(row['round'], row)
+
+  def close(self) -> None:
+    for writer in self.writers:
+      writer.close()
+
+
+def read_metrics(path: str) -> list[dict]:
+  """The rows of a metrics.jsonl ([] if absent), without a torn last line.
+
+  Any other unreadable line is a WorkdirError naming the file and line.
+  """
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    lines = [line for line in f if line.strip()]
+  rows = []
+  for number, line in enumerate(lines, 1):
+    try:
+      rows.append(json.loads(line))
+    except json.JSONDecodeError as e:
+      if number == len(lines) and not line.endswith('\n'):
+        break  # torn by a crash while it was written; the checkpoint decides.
+      raise workdir_lib.WorkdirError(
+          f'{path} line {number} is not JSON ({e.msg}); repair or remove the '
+          'line to resume.') from e
+  return rows
 
 
 def new_host_counters() -> dict:
@@ -103,6 +140,10 @@ def accumulate(host: dict, metrics: dict, seconds: float) -> None:
   The train loss is averaged between logged rows; every other round metric
   (bytes, examples, an algorithm's own counters such as simulated latency) is
   a running total since round 0.
+
+  `seconds` is the wall time since the previous call (the first call of a
+  session: since the session started), so `host['wall_time']` is the whole
+  run's: loading, compiling, training, evaluating and checkpointing.
   """
   for key, values in metrics.items():
     if key != 'train_loss':
@@ -130,16 +171,49 @@ def evaluation_row(round_index: int, host: dict, test: dict) -> dict:
   return row
 
 
+def expand_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `config` with `~` and $VARIABLES expanded in the path keys."""
+  config = config.copy_and_resolve_references()
+  for dotted in _PATH_KEYS:
+    *parents, leaf = dotted.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = workdir_lib.expand(node[leaf])
+  return config
+
+
+def _read_config_json(path: str) -> dict:
+  try:
+    with open(path) as f:
+      previous = json.load(f)
+  except json.JSONDecodeError as e:
+    raise workdir_lib.WorkdirError(
+        f'{path} is not a JSON config ({e.msg}); restore it, or delete it to '
+        'resume with the current config.') from e
+  if not isinstance(previous, dict):
+    raise workdir_lib.WorkdirError(f'{path} is not a JSON config object.')
+  return previous
+
+
 def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """ConfigError unless `config` may resume the run held in `workdir`."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    previous = json.load(f)
+  previous = _read_config_json(path)
   current = json.loads(config.to_json())
+  resumable = _RESUMABLE_CHANGES
+  method = algorithms.ALGORITHMS.get(config.algorithm)
+  if getattr(method, 'schedule_depends_on_rounds', False):
+    resumable = tuple(k for k in resumable if k != 'rounds')
   changed = sorted(k for k in set(previous) | set(current)
-                   if k not in _RESUMABLE_CHANGES
-                   and previous.get(k) != current.get(k))
+                   if k not in resumable and previous.get(k) != current.get(k))
+  if changed == ['rounds']:
+    raise config_lib.ConfigError(
+        f'{config.algorithm} schedules its training by the total rounds, so '
+        f'the run in {workdir} (rounds={previous.get("rounds")}) cannot be '
+        f'resumed with rounds={config.rounds}; use a new --workdir.')
   if changed:
     raise config_lib.ConfigError(
         f'workdir {workdir} holds a run with a different config '
@@ -208,17 +282,56 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   Returns the summary dict also written to `summary.json`. Raises ConfigError
   for bad configs, TrainingDiverged on a non-finite loss (the last good
   checkpoint is kept), RunInterrupted after Ctrl-C (the last finished round is
-  checkpointed) and CheckpointError for an unreadable checkpoint.
+  checkpointed), CheckpointError when no checkpoint can be read or saved, and
+  WorkdirError when the workdir is busy, unusable or a write fails.
   """
+  started = time.perf_counter()
   config_lib.validate(config)
-  os.makedirs(workdir, exist_ok=True)
+  logging_writers.check(config.metric_writers)
+  config = expand_paths(config)
+  workdir = workdir_lib.expand(workdir)
+  workdir_lib.create(workdir)
+  with workdir_lib.lock(workdir):
+    try:
+      return _train_locked(config, workdir, started)
+    except OSError as e:
+      raise workdir_lib.WorkdirError(
+          f'{workdir_lib.describe_os_error(e)}; the checkpoints in {workdir} '
+          'are kept: fix this and run the same command again to resume.'
+      ) from e
+
+
+def _run_name(workdir: str, config: ml_collections.ConfigDict) -> str:
+  """'<workdir name> (<algorithm> on <dataset>)', the progress bar's label;
+  a seed's run of a comparison (<label>/seed<s>) is named '<label>/seed<s>'."""
+  parent, name = os.path.split(os.path.normpath(workdir))
+  if re.fullmatch(r'seed\d+', name):
+    name = f'{os.path.basename(parent)}/{name}'
+  return f'{name} ({config.algorithm} on {config.dataset})'
+
+
+def _restore(checkpoints: RunCheckpoints, state, config, workdir: str):
+  """(round, state, host counters) to continue from: the newest readable
+  checkpoint, or round 0."""
+  latest = checkpoints.latest_round() or 0
+  if latest > config.rounds:
+    raise config_lib.ConfigError(
+        f'workdir {workdir} already holds round {latest}, beyond '
+        f'rounds={config.rounds}; ask for at least {latest} rounds.')
+  round_index, state, host = checkpoints.restore_latest(state)
+  return round_index, state, host or new_host_counters()
+
+
+def _train_locked(config: ml_collections.ConfigDict, workdir: str,
+                  started: float) -> dict:
+  """`train` once the workdir is held; `started` is the session's start."""
   _check_same_run(workdir, config)
   try:
     split, model, params, algorithm = build_experiment(config)
   except ValueError as e:  # bad dataset/partition/model choices or sizes.
     raise config_lib.ConfigError(str(e)) from e
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(config.to_json(indent=2))
+  workdir_lib.write_text(os.path.join(workdir, 'config.json'),
+                         config.to_json(indent=2))
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = make_runner(config, algorithm)
@@ -227,16 +340,13 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   train_data = runner.place(split.train.to_device())
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
-  host = new_host_counters()
-  round_index = checkpoints.latest_round() or 0
-  if round_index > config.rounds:
+  try:
+    round_index, state, host = _restore(checkpoints, state, config, workdir)
+    log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index,
+                     logging_writers.create(config, workdir))
+  except BaseException:
     checkpoints.close()
-    raise config_lib.ConfigError(
-        f'workdir {workdir} already holds round {round_index}, beyond '
-        f'rounds={config.rounds}; ask for at least {round_index} rounds.')
-  if round_index:
-    state, host = checkpoints.restore(round_index, state)
-  log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index)
+    raise
 
   def log_evaluation() -> dict:
     row = evaluation_row(round_index, host,
@@ -246,13 +356,17 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   num_params = sum(x.size for x in jax.tree.leaves(params))
   chunk_seconds = []
+  compiled_rounds = 0  # rounds per call of the last compiled chunk
+  clock = started
   bar = tqdm.tqdm(total=config.rounds, initial=round_index,
                   disable=not config.progress, unit='round',
-                  desc=f'{config.algorithm} on {config.dataset}')
+                  desc=_run_name(workdir, config))
   try:
     with _InterruptFlag() as interrupt:
       while round_index < config.rounds:
         n = min(config.rounds_per_call, config.rounds - round_index)
+        if n != compiled_rounds:
+          bar.set_postfix_str('compiling…')
         tic = time.perf_counter()
         state, metrics = runner.run(state, train_data, n)
         metrics = jax.device_get(metrics)
@@ -267,9 +381,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
               f'{last if last is not None else "none (no checkpoint yet)"}.')
         round_index += n
         chunk_seconds.append(seconds / n)
-        accumulate(host, metrics, seconds)
+        compiled_rounds = n
+        clock, elapsed = time.perf_counter(), time.perf_counter() - clock
+        accumulate(host, metrics, elapsed)
         bar.update(n)
         if round_index % config.eval_every == 0 or round_index == config.rounds:
+          bar.set_postfix_str('evaluating…')
           row = log_evaluation()
           bar.set_postfix(loss=f'{row["train_loss"]:.3f}',
                           acc=f'{row["test_accuracy"]:.3f}')
@@ -285,13 +402,15 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   finally:
     bar.close()
     checkpoints.close()
+    log.close()
     if log.rows:
       plots.plot_curves(log.rows, os.path.join(workdir, 'curves.png'),
                         title=f'{config.algorithm} on {config.dataset}')
 
+  host['wall_time'] += time.perf_counter() - clock
   summary = _summary(config, log.rows, host, num_params, chunk_seconds)
-  with open(os.path.join(workdir, 'summary.json'), 'w') as f:
-    json.dump(summary, f, indent=2)
+  workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
+                         json.dumps(summary, indent=2))
   return summary
 
 

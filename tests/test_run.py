@@ -92,6 +92,8 @@ def test_a_nan_loss_stops_the_run_naming_the_round(tmp_path, capsys):
 @pytest.mark.parametrize('override,message', [
     ('--config.not_a_key=1', "unknown config key 'not_a_key'"),
     ('--config.model_options.hidden=oops', 'hidden'),
+    ('--config.model_options.hidden=(0,)', 'hidden must hold positive layer widths'),
+    ("--config.metric_writers=('mlflow',)", 'metric_writers must be a tuple'),
     ('--config.algorithm=fedsomething', "unknown algorithm 'fedsomething'"),
     ('--config.dataset=imagenet', 'imagenet'),
     ('--config.partition=zigzag', 'zigzag'),

@@ -158,7 +158,7 @@ def load_configs(config_path: str, overrides, methods):
   if not hasattr(module, 'get_configs'):
     raise ConfigError(f'{config_path} defines no get_configs(); give a '
                       'comparison file such as experiments/fedacs/digits_table1.py.')
-  configs = module.get_configs()
+  configs = cli.experiment_configs(module, config_path)
   unknown = sorted(set(methods or ()) - set(configs))
   if unknown:
     raise ConfigError(f'unknown method(s) {unknown}; {config_path} compares '
@@ -167,7 +167,6 @@ def load_configs(config_path: str, overrides, methods):
   for config in configs.values():
     for key, raw in overrides:
       cli.apply_override(config, key, cli.parse_value(raw))
-    config.progress = False
   return module, configs
 
 

@@ -21,11 +21,20 @@ import json
 import os
 import sys
 
-from fedjax_het import cli
+from fedjax_het import algorithms, cli
 from fedjax_het.config import ConfigError
 from fedjax_het.systems import quadratic
 
 USAGE = __doc__.split('\n\n')[1]
+
+
+def check_methods(methods) -> None:
+  """ConfigError unless `methods` are FedACS-family methods (the toy's)."""
+  unknown = [m for m in methods if m not in algorithms.FEDACS_FAMILY]
+  if not methods or unknown:
+    raise ConfigError(
+        f'methods must be a non-empty tuple of {", ".join(algorithms.FEDACS_FAMILY)}'
+        f' (the methods with systems heterogeneity), got {tuple(methods)!r}.')
 
 
 def main(argv: list[str]) -> int:
@@ -40,6 +49,7 @@ def main(argv: list[str]) -> int:
                         '--config.KEY=VALUE.')
     for key, raw in overrides:
       cli.apply_override(config, key, cli.parse_value(raw))
+    check_methods(config.methods)
     summary = quadratic.run(config)
   except ValueError as e:  # ConfigError is a ValueError
     print(f'quadratic: error: {e}', file=sys.stderr)

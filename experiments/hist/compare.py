@@ -181,7 +181,7 @@ def plot_snr(configs: dict, summaries: dict, path: str, title: str,
 
 def compare_file(path: str, workdir: str, overrides) -> str:
   module = cli.load_experiment(path)
-  configs = module.get_configs()
+  configs = cli.experiment_configs(module, path)
   for config in configs.values():
     for key, raw in overrides:
       cli.apply_override(config, key, cli.parse_value(raw))

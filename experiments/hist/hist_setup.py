@@ -98,7 +98,6 @@ def scaled_config(algorithm: str, num_cells: int = 4, setting: str = 'noniid',
   config.eval_every = 1
   config.rounds_per_call = 1
   config.checkpoint_every = 10
-  config.progress = False
   return _hierarchical(config, algorithm, num_cells, edge_rounds)
 
 

@@ -99,6 +99,8 @@ class FederatedAlgorithm:
   num_segments = 1
   # Whether the loss and evaluation read a multi-exit model's stacked logits.
   reads_exits = False
+  # Whether its schedule reads `rounds` (then a resume may not change it).
+  schedule_depends_on_rounds = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(

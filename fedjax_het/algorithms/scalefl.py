@@ -149,6 +149,7 @@ class ScaleFL(HeteroFL):
 
   name = 'scalefl'
   reads_exits = True
+  schedule_depends_on_rounds = True  # KD starts at scalefl_kd_start × rounds
 
   def __init__(self, config, model, data):
     if not getattr(model, 'exits', False):

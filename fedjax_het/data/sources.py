@@ -112,7 +112,7 @@ def _read_tfds(name: str, tfds_name: str, data_dir: str | None, *, label_key: st
     import tensorflow as tf
     import tensorflow_datasets as tfds
   except ImportError as e:
-    raise ValueError(f'Dataset {name!r} needs TensorFlow: pip install "fedjax_het[tfds]" '
+    raise ValueError(f'Dataset {name!r} needs TensorFlow: pip install -e ".[tfds]" '
                      f'({e}){otherwise}.') from e
   try:  # Keep TensorFlow off accelerators so JAX keeps their memory.
     tf.config.set_visible_devices([], 'GPU')

@@ -28,6 +28,13 @@ class MLP(nn.Module):
   num_classes: int
   exits: bool = False
 
+  def __post_init__(self):
+    if any(isinstance(h, bool) or not isinstance(h, int) or h < 1
+           for h in self.hidden):
+      raise ValueError('model_options.hidden must hold positive layer widths, '
+                       f'got {tuple(self.hidden)!r}.')
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
     del train  # No dropout or batch-dependent layers.
