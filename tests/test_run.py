@@ -185,6 +185,7 @@ def test_ctrl_c_checkpoints_the_last_finished_round_then_resumes(tmp_path):
 def test_a_tfds_dataset_runs_end_to_end_from_data_dir(tmp_path):
   """The trainer reads TFDS sets from data_dir (TFDS mock data, offline)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'tfds').mkdir()  # a missing data_dir is refused before TFDS
   config = quick_config(dataset='mnist', data_dir=str(tmp_path / 'tfds'),
                         partition='iid', num_clients=6, clients_per_round=3,
                         model='lenet5', rounds=2)
