@@ -20,6 +20,11 @@ ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
 }
 
 
+# Every family's config section, once each, in registry order.
+OPTION_GROUPS = tuple(dict.fromkeys(
+    group for cls in ALGORITHMS.values() for group in cls.option_groups))
+
+
 def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
   """Instantiates the method called `name` for a model and federated data."""
   if name not in ALGORITHMS:

@@ -99,6 +99,8 @@ class FederatedAlgorithm:
   num_segments = 1
   # Whether the loss and evaluation read a multi-exit model's stacked logits.
   reads_exits = False
+  # The config sections (`fedjax_het.options.OptionGroup`) the method reads.
+  option_groups = ()
   # Whether its schedule reads `rounds` (then a resume may not change it).
   schedule_depends_on_rounds = False
 

@@ -40,10 +40,10 @@ class Fiarse(SubmodelAlgorithm):
     super().__init__(config, model, data)
     self.thresholds = magnitude.MagnitudeThresholds(
         self.template, models.maskable_leaves(self.template),
-        self.granularity(), tuple(config.submodel.threshold_shards))
+        self.granularity(), self.submodel_options.threshold_shards)
 
   def granularity(self) -> str:
-    return self.config.submodel.threshold_granularity
+    return self.submodel_options.threshold_granularity
 
   def client_thresholds(self, params, levels: jax.Array):
     """θ of each client's level: a pytree of float [K] leaves."""

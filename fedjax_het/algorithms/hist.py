@@ -61,6 +61,8 @@ from fedjax_het.channels import aircomp
 from fedjax_het.core import aggregation
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
+from fedjax_het.options import (ConfigError, OptionGroup, finite, option,
+                                positive, positive_int)
 from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
 
@@ -69,6 +71,50 @@ PyTree = Any
 _SYSTEM_STREAM = 1_000_003
 _PARTITION_STREAM = 1_000_033
 _AIRCOMP_STREAM = 1_000_037
+
+
+@dataclasses.dataclass(frozen=True)
+class HierarchyOptions(OptionGroup):
+  """`config.hierarchy`: a cloud over N edge cells (HIST, HFedAvg).
+
+  A global round is E edge rounds of `local_steps` (H) steps at every client,
+  each followed by an edge aggregation; every client trains in every round.
+  Defaults: the paper's Sec. VI-C.
+  """
+  key = 'hierarchy'
+  num_cells: int = option(2, 'N edge servers', check=positive_int)
+  cell_sizes: tuple = option((), 'n_j; () = num_clients split evenly, in client order')
+  edge_rounds: int = option(5, 'E edge rounds per global round', check=positive_int)
+  cloud_weights: str = option('uniform', 'cloud mean over cells: uniform | clients (∝ cell weight)', choices=('uniform', 'clients'))
+  partition_sizes: str = option('uniform', 'HIST: uniform | optimized (Eq. 19 / 36) | given', choices=('uniform', 'optimized', 'given'))
+  given_sizes: tuple = option((), "neurons per cell when partition_sizes='given'")
+  max_size_ratio: float = option(1.5, '(19c) d_j ≤ ratio·d/N (ε_th = 9δ1² gives 1.5)', check=positive)
+  edge_channel: str = option('oma', 'oma (TDMA, exact) | aircomp (over the air, noisy)', choices=('oma', 'aircomp'))
+  aircomp_noise: str = option('real', 'real (var MSE, Eq. 25) | complex (real part, MSE/2) | none', choices=aircomp.NOISE_KINDS)
+  aircomp_power: float = option(1.0, 'precoder power budget P_j (SNR = P_j/σ0²)', check=positive)
+  beamformer_sca_steps: int = option(20, 'SCA iterations of the max-min beamformer', check=positive_int)
+  beamformer_inner_steps: int = option(80, 'mirror-prox steps per SCA iteration', check=positive_int)
+  slow_cells: int = option(-1, 'cells 0..slow_cells-1 use the *_slow values (-1: N//2)')
+  cpu_ghz_slow: tuple = option((1.0, 2.0), 'CPU frequency range F_i of slow cells (GHz)')
+  cpu_ghz_fast: tuple = option((2.0, 4.0), '... and of the other cells')
+  snr_db_slow: float = option(30.0, 'SNR P_j/σ0² of slow cells (OMA rates and AirComp)', check=finite)
+  snr_db_fast: float = option(40.0, '... and of the other cells', check=finite)
+  bandwidth_hz: float = option(9e6, 'B per cell', check=positive)
+  antennas: int = option(10, 'M antennas at each edge server', check=positive_int)
+  cycles_per_step: float = option(1e6, 'V0, CPU cycles per full-model mini-batch step', check=positive)
+  bits_per_param: float = option(32.0, 'L0/d', check=positive)
+  subcarrier_hz: float = option(15e3, 'Δf (AirComp, 5G NR)', check=positive)
+  symbol_s: float = option(1.0 / 14e3, 't_s (AirComp, 5G NR)', check=positive)
+
+  def validate(self) -> None:
+    for key in ('cpu_ghz_slow', 'cpu_ghz_fast'):
+      low_high = tuple(getattr(self, key))
+      if len(low_high) != 2 or not 0 < low_high[0] <= low_high[1]:
+        raise ConfigError(f'hierarchy.{key} must be a range (low, high) of '
+                          f'positive GHz, got {low_high!r}.')
+    if not (self.slow_cells == -1 or 0 <= self.slow_cells <= self.num_cells):
+      raise ConfigError(f'hierarchy.slow_cells must be in '
+                        f'[0, {self.num_cells}] or -1, got {self.slow_cells}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,56 +151,26 @@ class Hierarchy:
   @classmethod
   def from_config(cls, config) -> 'Hierarchy':
     """Reads and checks `config.hierarchy`; raises ValueError (one sentence)."""
-    h = config.hierarchy
+    h = HierarchyOptions.from_config(config)
     num_clients = config.num_clients
     n = h.num_cells
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-      raise ValueError(f'hierarchy.num_cells must be a positive integer, got '
-                       f'{n!r}.')
-    sizes = tuple(h.cell_sizes) or tuple(
+    sizes = h.cell_sizes or tuple(
         int(s) for s in np.diff(np.linspace(0, num_clients, n + 1).round()))
     if len(sizes) != n:
-      raise ValueError(f'hierarchy.cell_sizes lists {len(sizes)} cells but '
-                       f'num_cells is {n}.')
+      raise ConfigError(f'hierarchy.cell_sizes lists {len(sizes)} cells but '
+                        f'num_cells is {n}.')
     if min(sizes) < 1:
-      raise ValueError(f'every cell needs at least one client, got cell sizes '
-                       f'{list(sizes)} for {num_clients} clients.')
+      raise ConfigError(f'every cell needs at least one client, got cell '
+                        f'sizes {list(sizes)} for {num_clients} clients.')
     if sum(sizes) != num_clients:
-      raise ValueError(f'hierarchy.cell_sizes {list(sizes)} add up to '
-                       f'{sum(sizes)}, not num_clients={num_clients}.')
+      raise ConfigError(f'hierarchy.cell_sizes {list(sizes)} add up to '
+                        f'{sum(sizes)}, not num_clients={num_clients}.')
     if config.clients_per_round != num_clients:
-      raise ValueError(
+      raise ConfigError(
           f'{config.algorithm} trains every client of every cell each round, '
           f'so clients_per_round ({config.clients_per_round}) must equal '
           f'num_clients ({num_clients}).')
-    if h.edge_rounds < 1:
-      raise ValueError(f'hierarchy.edge_rounds must be at least 1, got '
-                       f'{h.edge_rounds}.')
-    choices = {'cloud_weights': ('uniform', 'clients'),
-               'partition_sizes': ('uniform', 'optimized', 'given'),
-               'edge_channel': ('oma', 'aircomp'),
-               'aircomp_noise': aircomp.NOISE_KINDS}
-    for key, allowed in choices.items():
-      if h[key] not in allowed:
-        raise ValueError(f'hierarchy.{key} must be one of '
-                         f'{", ".join(allowed)}, got {h[key]!r}.')
-    for key in ('aircomp_power', 'max_size_ratio', 'beamformer_sca_steps',
-                'beamformer_inner_steps'):
-      if not h[key] > 0:
-        raise ValueError(f'hierarchy.{key} must be positive, got {h[key]!r}.')
-    for key in ('cpu_ghz_slow', 'cpu_ghz_fast'):
-      low_high = tuple(h[key])
-      if len(low_high) != 2 or not 0 < low_high[0] <= low_high[1]:
-        raise ValueError(f'hierarchy.{key} must be a range (low, high) of '
-                         f'positive GHz, got {low_high!r}.')
-    for key in ('snr_db_slow', 'snr_db_fast'):
-      if not math.isfinite(h[key]):
-        raise ValueError(f'hierarchy.{key} must be a finite number of dB, got '
-                         f'{h[key]!r}.')
     slow = n // 2 if h.slow_cells == -1 else h.slow_cells
-    if not 0 <= slow <= n:
-      raise ValueError(f'hierarchy.slow_cells must be in [0, {n}] or -1, got '
-                       f'{h.slow_cells}.')
     is_slow = np.arange(n) < slow
     cpu = np.where(is_slow[:, None], h.cpu_ghz_slow, h.cpu_ghz_fast) * 1e9
     snr_db = np.where(is_slow, h.snr_db_slow, h.snr_db_fast)
@@ -180,6 +196,7 @@ class HFedAvg(FederatedAlgorithm):
   """
 
   name = 'hfedavg'
+  option_groups = (HierarchyOptions,)
 
   def __init__(self, config, model, data):
     self.hierarchy = Hierarchy.from_config(config)

@@ -155,23 +155,11 @@ class ScaleFL(HeteroFL):
     if not getattr(model, 'exits', False):
       raise ValueError('scalefl trains early exits, so the model must be built '
                        'with model_options.exits=True (mlp, lenet5, resnet18).')
-    options = config.submodel
-    if not 0 < options.scalefl_depth_tolerance <= 1:
-      raise ValueError('submodel.scalefl_depth_tolerance must be in (0, 1], '
-                       f'got {options.scalefl_depth_tolerance!r}.')
-    if not 0 <= options.scalefl_kd_weight <= 1:
-      raise ValueError('submodel.scalefl_kd_weight must be in [0, 1], got '
-                       f'{options.scalefl_kd_weight!r}.')
-    if not options.scalefl_temperature > 0:
-      raise ValueError('submodel.scalefl_temperature must be positive, got '
-                       f'{options.scalefl_temperature!r}.')
-    if not 0 <= options.scalefl_kd_start <= 1:
-      raise ValueError('submodel.scalefl_kd_start must be in [0, 1], got '
-                       f'{options.scalefl_kd_start!r}.')
     super().__init__(config, model, data)
     module_depth = exit_depths(self.template)
     self.leaf_depth = {name: jax.tree.map(lambda _, d=d: d, self.template[name])
                        for name, d in module_depth.items()}
+    options = self.submodel_options
     self.tolerance = float(options.scalefl_depth_tolerance)
     shapes = [self.submodel_shape(g) for g in self.levels]
     self.depths = jnp.asarray([s for s, _ in shapes], jnp.int32)

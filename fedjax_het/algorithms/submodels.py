@@ -28,6 +28,7 @@ Evaluation (specs/fiarse.md §6), logged every `eval_every` rounds:
   params_fraction@γ       share of all parameters in the γ-submodel at init.
 The local metrics need `config.local_test = True`.
 """
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -40,9 +41,58 @@ from fedjax_het.algorithms.base import (FederatedAlgorithm,
                                        payload_bytes_per_client)
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
+                                option, positive)
 
 PyTree = Any
 PARTIAL_AVERAGES = ('auto', 'nonzero', 'mask')
+
+
+def _capacities_in_unit_interval(key: str, value) -> None:
+  if not all(0 < g <= 1 for g in value):
+    raise ConfigError(f'{key} must lie in (0, 1], got {tuple(value)}.')
+
+
+def _depth_tolerance(key: str, value) -> None:
+  if not 0 < value <= 1:
+    raise ConfigError(f'{key} must be in (0, 1], got {value!r}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmodelOptions(OptionGroup):
+  """`config.submodel`: FIARSE, HeteroFL, FedRolex, FjORD, ScaleFL, ..."""
+  key = 'submodel'
+  partial_average: str = option(
+      'auto', "per-coordinate averaging denominator: 'nonzero' counts clients "
+      "whose update is non-zero (FIARSE's code, Sec. 3 Agg), 'mask' clients "
+      "whose submodel holds it (App. C.1 Eq. 12, HeteroFL), 'auto' the "
+      "method's own", choices=PARTIAL_AVERAGES)
+  threshold_granularity: str = option(
+      'model', 'FIARSE thresholds: one top-k over all maskable parameters '
+      '(model), one per layer / ResNet stage (layer) or per prefix in '
+      'threshold_shards (shard)', choices=('model', 'layer', 'shard'))
+  threshold_shards: tuple = option((), "parameter-path prefixes of the "
+                                   "threshold groups (granularity 'shard')")
+  width_rule: str = option(
+      'sqrt', 'width methods: r = sqrt(γ), or the widest r holding at most a '
+      'γ fraction of the parameters (params)', choices=('sqrt', 'params'))
+  scaler: bool = option(True, 'HeteroFL/FedRolex Scaler: hidden outputs '
+                        'divided by r in training', check=is_bool)
+  eval_capacities: tuple = option(
+      (), 'extra capacities evaluated on the global test set as '
+      'unparticipated clients (FIARSE Fig. 4)',
+      check=_capacities_in_unit_interval)
+  scalefl_depth_tolerance: float = option(
+      0.8, 'ScaleFL: depth s(γ) is the shallowest whose full-width submodel '
+      'holds ≥ this·γ of the parameters', check=_depth_tolerance)
+  scalefl_kd_weight: float = option(
+      0.05, 'ScaleFL: weight g of the self-distillation term',
+      check=in_range(0, 1))
+  scalefl_temperature: float = option(
+      3.0, 'ScaleFL: distillation temperature T', check=positive)
+  scalefl_kd_start: float = option(
+      0.25, 'ScaleFL: fraction of `rounds` after which distillation starts',
+      check=in_range(0, 1))
 
 
 def capacity_key(gamma: float) -> str:
@@ -65,21 +115,15 @@ class SubmodelAlgorithm(FederatedAlgorithm):
 
   supports_capacities = True
   default_partial_average = 'mask'
+  option_groups = (SubmodelOptions,)
 
   def __init__(self, config, model, data):
+    self.submodel_options = SubmodelOptions.from_config(config)
     super().__init__(config, model, data)
     levels = tuple(float(g) for g in config.capacities)
     if len(set(levels)) != len(levels):
       raise ValueError(f'capacities must be distinct levels, got {levels}.')
-    options = config.submodel
-    if options.partial_average not in PARTIAL_AVERAGES:
-      raise ValueError('submodel.partial_average must be one of '
-                       f'{", ".join(PARTIAL_AVERAGES)}, got '
-                       f'{options.partial_average!r}.')
-    for g in options.eval_capacities:
-      if not 0 < g <= 1:
-        raise ValueError('submodel.eval_capacities must lie in (0, 1], got '
-                         f'{tuple(options.eval_capacities)}.')
+    options = self.submodel_options
     self.levels = levels
     self.client_level = jnp.asarray(
         level_of_clients(self.num_clients, len(levels)))
@@ -159,7 +203,7 @@ class SubmodelAlgorithm(FederatedAlgorithm):
       local_eval = eval_lib.make_client_evaluator(apply, split.local_test,
                                                   batch_size)
     client_level = np.asarray(self.client_level)
-    extra = tuple(float(g) for g in self.config.submodel.eval_capacities)
+    extra = tuple(float(g) for g in self.submodel_options.eval_capacities)
 
     fractions = self.submodel_fractions(self.template)
 

@@ -49,6 +49,7 @@ Each round logs, besides the train loss: `uploads` (updates received),
 upload fails: the computation load) and `examples`; the trainer keeps their
 running totals (the cost to reach a target accuracy).
 """
+import dataclasses
 from typing import Any
 
 import jax
@@ -60,6 +61,8 @@ from fedjax_het.algorithms.base import FederatedAlgorithm, payload_bytes
 from fedjax_het.core import aggregation, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext, round_key
+from fedjax_het.options import (ConfigError, OptionGroup, is_bool,
+                                non_negative, option, positive_int)
 from fedjax_het.systems import heterogeneity, local_work
 
 PyTree = Any
@@ -68,6 +71,30 @@ PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
 # beyond the base class's sampling and client keys.
 SYSTEMS_STREAM = 0x5e5
 SELECTION_STREAM = 0x5e1
+
+
+def _fedvarp_form(key: str, value) -> None:
+  if value not in ('paper', 'saga'):
+    raise ConfigError(f'{key} must be paper or saga, got {value!r}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAcsOptions(OptionGroup):
+  """`config.fedacs`: the FedACS family's participation, calibration and solvers."""
+  key = 'fedacs'
+  participation: str = option(
+      'with_replacement', 'with_replacement: K draws from the method\'s p, '
+      'rule (3); uniform: K distinct clients, rule (19); full: all M clients, '
+      'rule (21) (client_sampling is unused)', choices=PARTICIPATIONS)
+  calibrate: bool = option(True, 'App. I.2: per-round client lr giving '
+                           'FedAvg\'s expected step length', check=is_bool)
+  prox_mu: float = option(0.0, 'FedProx local solver ½μ‖x − X‖² (0: plain '
+                          'SGD)', check=non_negative)
+  fedvarp_form: str = option('paper', 'FedVarp: stale updates fill failed '
+                             'uploads (paper, Eq. (114)) or the original '
+                             'SAGA form (saga)', check=_fedvarp_form)
+  fedau_cutoff: int = option(100000, 'FedAU: longest participation interval '
+                             'recorded (rounds)', check=positive_int)
 
 
 def fedavg_step_length(omega: jax.Array, q: jax.Array,
@@ -97,6 +124,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   display_name = 'systems-aware'
   # Participation schemes the method is defined for.
   participations = PARTICIPATIONS
+  option_groups = (heterogeneity.SystemsOptions, FedAcsOptions)
   # Whether the method divides by the upload success probability 1 − q.
   divides_by_success = False
 
@@ -106,7 +134,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     self.heterogeneity = heterogeneity.Heterogeneity.from_config(
         config.systems, client_counts=counts, batch_size=config.batch_size,
         default_work=config.local_steps, seed=config.seed)
-    self.options = config.fedacs
+    self.options = FedAcsOptions.from_config(config)
     self._check_options(config)
     super().__init__(config, model, data)
     self.full_participation = self.options.participation == 'full'
@@ -125,9 +153,6 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
       raise ValueError(
           f'{self.name} is defined for fedacs.participation in '
           f'{", ".join(self.participations)}, got {options.participation!r}.')
-    if not options.prox_mu >= 0:
-      raise ValueError(
-          f'fedacs.prox_mu must be ≥ 0, got {options.prox_mu!r}.')
     if config.client_weight_decay:
       raise ValueError(
           f'{self.name} needs the local solver\'s ‖a‖₁, which is defined for '
@@ -135,13 +160,6 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     local_work.accumulation_norm(1, config.client_lr,
                                  momentum=config.client_momentum,
                                  prox_mu=options.prox_mu)
-    if options.fedvarp_form not in ('paper', 'saga'):
-      raise ValueError('fedacs.fedvarp_form must be paper or saga, got '
-                       f'{options.fedvarp_form!r}.')
-    if isinstance(options.fedau_cutoff, bool) or not isinstance(
-        options.fedau_cutoff, int) or options.fedau_cutoff < 1:
-      raise ValueError('fedacs.fedau_cutoff must be a positive integer, got '
-                       f'{options.fedau_cutoff!r}.')
     if self.divides_by_success:
       _, q_max = self.heterogeneity.failure_prob_bounds()
       if np.any(q_max >= 1):

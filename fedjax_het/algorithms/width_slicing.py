@@ -35,11 +35,11 @@ class HeteroFL(SubmodelAlgorithm):
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
     self.layout = width.channel_layout(model, self.input_shape)
-    rule = config.submodel.width_rule
+    rule = self.submodel_options.width_rule
     self.rates = jnp.asarray(
         [width.width_for_capacity(self.layout, g, rule) for g in self.levels],
         jnp.float32)
-    self.use_scaler = self.scaler_allowed and config.submodel.scaler
+    self.use_scaler = self.scaler_allowed and self.submodel_options.scaler
 
   def window_offset(self, state) -> jax.Array:
     """Offset of the channel windows this round (0: prefixes)."""
@@ -62,7 +62,7 @@ class HeteroFL(SubmodelAlgorithm):
   def eval_mask(self, params, gamma):
     del params
     rate = width.width_for_capacity(self.layout, gamma,
-                                    self.config.submodel.width_rule)
+                                    self.submodel_options.width_rule)
     return width.width_mask(self.layout, rate)
 
 

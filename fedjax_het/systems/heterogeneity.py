@@ -40,9 +40,29 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from fedjax_het.options import OptionGroup, is_bool, option
 from fedjax_het.systems import local_work
 
 MODELS = ('static', 'dynamic', 'markov', 'trace')
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemsOptions(OptionGroup):
+  """`config.systems`: every round each client m has an upload failure
+  probability q_m and local work T_m (read by the FedACS family); checked
+  against the clients by `Heterogeneity.from_config`."""
+  key = 'systems'
+  model: str = option('static', 'how q and T evolve: static | dynamic | markov | trace', choices=MODELS)
+  q: tuple = option((0.0,), 'static: q_m per client (one value = every client)')
+  local_work: tuple = option((), 'static/markov: T_m per client (() = local_steps for all)')
+  shuffle: bool = option(False, 'static: assign q and T to clients by seeded random permutations', check=is_bool)
+  work_unit: str = option('steps', 'unit of T: steps, or epochs (T epochs = T·⌈n_m/B⌉ steps)', choices=('steps', 'epochs'))
+  dynamic_q: tuple = option(((0.4, 0.5), (0.0, 0.1)), 'dynamic: q ~ U(lo, hi) per equal client group, redrawn every round')
+  dynamic_work: tuple = option(((1, 10), (20, 30)), 'dynamic: T ~ U{lo..hi} per group, redrawn every round')
+  markov_fail: tuple = option((0.1,), 'markov: P(link on → off) per round, per client (one value = all)')
+  markov_recover: tuple = option((0.5,), 'markov: P(link off → on) per round')
+  trace: str = option('', 'trace: .npz with q and local_work [rounds, M]; round r uses row r mod rounds')
+
 
 
 @flax.struct.dataclass
@@ -141,9 +161,7 @@ class Heterogeneity:
     Raises:
       ValueError: with one sentence naming the bad key.
     """
-    if section.model not in MODELS:
-      raise ValueError(f'systems.model must be one of {", ".join(MODELS)}, '
-                       f'got {section.model!r}.')
+    section = SystemsOptions.from_section(section)
     m = int(np.shape(client_counts)[0])
     spw = local_work.steps_per_unit(section.work_unit, client_counts,
                                     batch_size)
@@ -260,7 +278,15 @@ def _read_trace(path: str, num_clients: int) -> dict:
     raise ValueError(f'systems.trace must name an .npz file with arrays q and '
                      f'local_work of shape [rounds, {num_clients}], got '
                      f'{path!r}.')
-  with np.load(path) as f:
+  try:
+    archive = np.load(path, allow_pickle=False)
+  except (ValueError, OSError) as e:
+    raise ValueError(f'systems.trace file {path} is not an .npz archive '
+                     f'({e.__class__.__name__}).') from e
+  if not isinstance(archive, np.lib.npyio.NpzFile):
+    raise ValueError(f'systems.trace file {path} is not an .npz archive '
+                     '(it holds a single array).')
+  with archive as f:
     if 'q' not in f or 'local_work' not in f:
       raise ValueError(f'systems.trace file {path} must hold arrays q and '
                        f'local_work, found {sorted(f.files)}.')
