@@ -17,6 +17,7 @@ import sys
 import jax
 import ml_collections
 
+from fedjax_het import config as config_lib
 from fedjax_het.config import OPEN_DICTS, ConfigError
 from fedjax_het.core import sharding
 from fedjax_het.workdir import WorkdirError
@@ -38,6 +39,8 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
                        its peers on Cloud TPU slices, SLURM, Open MPI and Kubernetes;
                        run the same command on every host
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
+  --show-config        print the resolved config (every key, its value and what it
+                       means) and exit without training
 
        fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
                         (fedjax-het bench --help for all options)
@@ -210,6 +213,16 @@ def _print_summary(summary: dict, workdir: str) -> None:
   print(f'  outputs              {workdir}')
 
 
+def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
+  """Prints each resolved config with every key's description (--show-config)."""
+  for label, config in configs.items():
+    config_lib.validate(config)
+    if label:
+      print(f'# {label}')
+    print(config_lib.format_config(config))
+  return 0
+
+
 def main(argv: list[str] | None = None) -> int:
   from fedjax_het import checkpoint, compare, run  # pylint: disable=g-import-not-at-top
   from fedjax_het.core.backends import ClientError  # pylint: disable=g-import-not-at-top
@@ -222,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     jax.distributed.initialize()
   try:
     seeds, argv = pop_seeds(argv)
+    show = '--show-config' in argv
+    argv = [arg for arg in argv if arg != '--show-config']
     config_path, workdir, overrides = parse_args(argv)
     workdir = workdir or default_workdir(config_path)
     module = load_experiment(config_path)
@@ -232,14 +247,18 @@ def main(argv: list[str] | None = None) -> int:
                  {os.path.splitext(os.path.basename(config_path))[0]:
                   experiment_config(module, config_path)})
       configs = {label: _overridden(c, overrides) for label, c in configs.items()}
+      if show:
+        return _show_configs(configs)
       print(compare.run_comparison(
           configs, workdir, run.train,
           getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
           getattr(module, 'TITLE', ''), seeds=seeds))
       print(f'outputs: {workdir}')
       return 0
-    summary = run.train(
-        _overridden(experiment_config(module, config_path), overrides), workdir)
+    config = _overridden(experiment_config(module, config_path), overrides)
+    if show:
+      return _show_configs({'': config})
+    summary = run.train(config, workdir)
   except ConfigError as e:
     print(f'fedjax-het: error: {e}', file=sys.stderr)
     return 2

@@ -22,7 +22,7 @@ from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 positive_int)
 
 __all__ = ['ConfigError', 'CoreOptions', 'base_config', 'describe',
-           'validate']
+           'format_config', 'validate']
 
 
 def _capacities(key: str, value) -> None:
@@ -116,6 +116,22 @@ def describe() -> dict[str, str]:
   for group in option_groups():
     docs.update(group.describe())
   return docs
+
+
+def format_config(config: ml_collections.ConfigDict) -> str:
+  """Every key of `config` with its value and one-line description, a line
+  each (`fedjax-het --show-config`)."""
+  docs = describe()
+  lines = []
+  for key, doc in docs.items():
+    node = config
+    for part in key.split('.'):
+      node = node[part]
+    if isinstance(node, ml_collections.ConfigDict):
+      node = node.to_dict()
+    lines.append(f'{key} = {node!r}')
+    lines.append(f'    {doc}')
+  return '\n'.join(lines)
 
 
 # Nested dicts whose keys belong to a component (the model or dataset source).

@@ -6,6 +6,7 @@ here independently of the methods' own `expected_weights`.
 import importlib.util
 import json
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +17,12 @@ from fedjax_het import algorithms, cli, models, run
 from fedjax_het.algorithms import FEDACS_FAMILY
 from fedjax_het.algorithms.systems_aware import FedAvgHet
 from fedjax_het.core.rounds import RoundRunner
-from fedjax_het.systems import quadratic
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The toy quadratic lives with its experiment (it builds on the algorithms).
+sys.path.insert(0, os.path.join(REPO, 'experiments', 'fedacs'))
+import quadratic_toy as quadratic  # pylint: disable=g-import-not-at-top,wrong-import-position
 QUICKSTART = os.path.join(REPO, 'experiments', 'quickstart.py')
 
 

@@ -17,9 +17,8 @@ q ~ U(0.4, 0.5) every round, clients 10–19 T ~ U{20..30} and q ~ U(0, 0.1)), s
 on, ω ∝ examples held, an MLP 64-200-10 (a CNN on 8×8 digits is ~25× slower here and learns no
 better), batch 16, η₁ = 0.05, threshold 70% as the paper's MNIST.
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1 (dynamic systems), scaled: digits, one class per client'

@@ -13,9 +13,8 @@ As digits_table1.py but with the paper's static systems (App. I.3.1): client m k
 T_m ∈ {1, 3, …, 39} local steps and success probability 1 − q_m ∈ {0.60, 0.62, …, 0.98}, the two
 lists assigned to clients by independent seeded permutations (the paper leaves the pairing open).
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 4 (static systems), scaled: digits, one class per client'

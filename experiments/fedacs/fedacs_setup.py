@@ -12,7 +12,30 @@ What varies is the dataset's setting (`DATASETS`) and the systems model:
   1 − q_m ∈ {0.60, 0.62, …, 0.98}, the two lists assigned by independent
   seeded permutations (the paper leaves the pairing open; spec §6 #5).
 """
+import ml_collections
+
+from fedjax_het.algorithms import FEDACS_FAMILY
 from fedjax_het.config import base_config
+
+# Table 1's metrics as `fedjax_het.compare` columns: accuracy (App. I.3.4) and
+# the cost of first reaching `target_accuracy` (rounds, communication as
+# uploaded bytes, computation as summed local steps of the sampled clients).
+TABLE_COLUMNS = (
+    ('acc, last 5 rounds', 'mean_test_accuracy_last5'),
+    ('rounds to target', 'to_target/round'),
+    ('bytes up to target', 'to_target/bytes_up'),
+    ('local steps to target', 'to_target/local_steps'),
+)
+
+
+def family_configs(config: ml_collections.ConfigDict,
+                   methods=FEDACS_FAMILY) -> dict[str, ml_collections.ConfigDict]:
+  """One copy of `config` per method: a comparison's `get_configs()`."""
+  configs = {}
+  for method in methods:
+    configs[method] = config.copy_and_resolve_references()
+    configs[method].algorithm = method
+  return configs
 
 # Per dataset: data, partition, model and the paper's (or the scaled) client
 # optimiser, threshold and checkpoint cadence. LeNet-5 stands in for the

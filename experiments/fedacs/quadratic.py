@@ -10,7 +10,7 @@ Expected:  ≈ 15 s on 2 CPU cores. With the defaults (E_m = m, q_m = 0.5 − 0.
            OS with FedAvg, and FedACS at 4.46 (the true optimum up to O(ηT)); the paper's Fig. 7
            ranking.
 
-Keys (lists are per client; fedjax_het/systems/quadratic.py:default_config): optima (E_m), q,
+Keys (lists are per client; quadratic_toy.py:default_config beside this file): optima (E_m), q,
 local_steps (T_m), client_lr, rounds, clients_per_round (K), methods, seed, calibrate,
 participation, momentum, prox_mu. Writes DIR/config.json and DIR/summary.json:
 {method: {time_avg_iterate, analytic_fixed_point, true_optimum}} (time average over the second
@@ -23,7 +23,7 @@ import sys
 
 from fedjax_het import algorithms, cli
 from fedjax_het.config import ConfigError
-from fedjax_het.systems import quadratic
+import quadratic_toy as quadratic
 
 USAGE = __doc__.split('\n\n')[1]
 

@@ -15,9 +15,8 @@ R = 200, the paper's dynamic systems (config.systems defaults), η₁ = 0.03, ba
 registered model to the paper's CIFAR CNN (conv32-conv32-FC256-FC64; Table 3, spec §4.3), which
 fedjax_het.models does not provide. CINIC-10 (the third column) has no dataset source here.
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1, CIFAR-10: dynamic systems, Dirichlet(0.1)'

@@ -18,9 +18,8 @@ steps, η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examp
 closest registered model to the paper's PyTorch-MNIST CNN (Table 3; spec §4.3), which
 fedjax_het.models does not provide.
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 1, MNIST: dynamic systems, one class per client'

@@ -9,9 +9,8 @@ Paper:     Table 4: rounds to 40% FedACS 68 (4706.3 s), FedAvg 112 (1.64×), c-a
 
 As table1_cifar10.py (same model stand-in) with the paper's static systems (see table4_mnist.py).
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 4, CIFAR-10: static systems, Dirichlet(0.1)'

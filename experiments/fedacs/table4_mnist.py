@@ -11,9 +11,8 @@ As table1_mnist.py (same model stand-in) with the paper's static systems (App. I
 keeps T_m ∈ {1, 3, …, 39} and 1 − q_m ∈ {0.60, 0.62, …, 0.98}, assigned to clients by independent
 seeded permutations (the pairing is not stated; spec §6 #5).
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 4, MNIST: static systems, one class per client'

@@ -11,9 +11,8 @@ Paper:     Table 5, rounds to threshold (35%, 35%, 40%): FedACS 107 / 51 / 36, F
 
 As table1_cifar10.py (same model stand-in, see there) with α = 0.05 and threshold 35% by default.
 """
-from fedacs_setup import shared_config
+from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 
-from fedjax_het.algorithms.fedacs import TABLE_COLUMNS, family_configs
 
 COLUMNS = TABLE_COLUMNS
 TITLE = 'FedACS Table 5, CIFAR-10: dynamic systems, Dirichlet α sweep'

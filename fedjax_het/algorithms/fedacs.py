@@ -17,7 +17,6 @@ so FedACS's expected step equals FedAvg's.
 """
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm, \
     fedavg_step_length
@@ -57,22 +56,3 @@ class FedACS(SystemsAwareAlgorithm):
 # The paper's methods: FedACS, then its baselines in Table 1's order.
 FEDACS_FAMILY = ('fedacs', 'fedavg_het', 'ca_fedavg', 'fedvarp', 'fednova',
                  'fedau', 'os')
-# Table 1's metrics as `fedjax_het.compare` columns: accuracy (App. I.3.4) and
-# the cost of first reaching `target_accuracy` (rounds, communication as
-# uploaded bytes, computation as summed local steps of the sampled clients).
-TABLE_COLUMNS = (
-    ('acc, last 5 rounds', 'mean_test_accuracy_last5'),
-    ('rounds to target', 'to_target/round'),
-    ('bytes up to target', 'to_target/bytes_up'),
-    ('local steps to target', 'to_target/local_steps'),
-)
-
-
-def family_configs(config: ml_collections.ConfigDict,
-                   methods=FEDACS_FAMILY) -> dict[str, ml_collections.ConfigDict]:
-  """One copy of `config` per method: a comparison's `get_configs()`."""
-  configs = {}
-  for method in methods:
-    configs[method] = config.copy_and_resolve_references()
-    configs[method].algorithm = method
-  return configs

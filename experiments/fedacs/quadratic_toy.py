@@ -20,7 +20,7 @@ the true optimum X* = Σ_m E_m / M up to O(ηT).
 
 `run(config)` returns, per method, the iterate averaged over the second half
 of the rounds, the analytic X̃* and X*. `default_config()` lists the keys;
-`experiments/fedacs/quadratic.py` is the command line.
+`quadratic.py` beside this file is the command line.
 """
 import jax
 import jax.numpy as jnp
