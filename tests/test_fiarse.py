@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, eval as eval_lib, models
+from fedjax_het import algorithms, evaluation, models
 from fedjax_het.algorithms.submodels import level_of_clients
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
@@ -207,10 +207,10 @@ def test_client_evaluator_equals_one_evaluator_per_client():
   apply = lambda p, x: model.apply({'params': p}, x)
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *params)
   which = np.asarray([0, 1, 1, 0, 1, 0])
-  got = eval_lib.make_client_evaluator(apply, data, 4)(stacked, which)
+  got = evaluation.make_client_evaluator(apply, data, 4)(stacked, which)
   for c in range(6):
     n = int(data.counts[c])
-    one = eval_lib.make_evaluator(apply, np.asarray(data.x[c, :n]),
+    one = evaluation.make_evaluator(apply, np.asarray(data.x[c, :n]),
                                   np.asarray(data.y[c, :n]), 4)(
                                       params[which[c]])
     np.testing.assert_allclose(got['accuracy'][c], one['accuracy'], rtol=1e-6)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from fedjax_het import eval as eval_lib
+from fedjax_het import evaluation
 from fedjax_het.data import augment
 from fedjax_het.core import aggregation, client_state, program, sampling
 from fedjax_het.core.backends import Clients
@@ -359,7 +359,7 @@ class FederatedAlgorithm:
     their own protocol's scalars (e.g. accuracy per capacity). Default: the
     full model on the global test set (`split` is a `FederatedSplit`).
     """
-    return eval_lib.make_evaluator(
+    return evaluation.make_evaluator(
         lambda p, x: self.model.apply({'params': p}, x), split.test_x,
         split.test_y, self.config.eval_batch_size)
 

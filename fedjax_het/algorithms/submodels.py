@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_het import eval as eval_lib
+from fedjax_het import evaluation
 from fedjax_het import models
 from fedjax_het.algorithms.base import (FederatedAlgorithm,
                                        payload_bytes_per_client)
@@ -196,11 +196,11 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
     apply = self.eval_apply
     batch_size = self.config.eval_batch_size
-    global_eval = eval_lib.make_evaluator(apply, split.test_x, split.test_y,
+    global_eval = evaluation.make_evaluator(apply, split.test_x, split.test_y,
                                           batch_size)
     local_eval = None
     if split.local_test is not None:
-      local_eval = eval_lib.make_client_evaluator(apply, split.local_test,
+      local_eval = evaluation.make_client_evaluator(apply, split.local_test,
                                                   batch_size)
     client_level = np.asarray(self.client_level)
     extra = tuple(float(g) for g in self.submodel_options.eval_capacities)
