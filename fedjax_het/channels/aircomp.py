@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_het.core import aggregation
+
 PyTree = Any
 NOISE_KINDS = ('real', 'complex', 'none')
 
@@ -163,7 +165,8 @@ def over_the_air_mean(key: jax.Array, values: PyTree, weights: jax.Array,
                       ) -> tuple[PyTree, PyTree, AirCompStats]:
   """Per-cell weighted means of client updates received over the air.
 
-  The over-the-air twin of `core.aggregation.masked_segment_mean`: cell s
+  The over-the-air twin of `core.aggregation.masked_segment_mean`, on its
+  `segment_sums`: cell s
   estimates Σ_{i∈s} ŵ_i m_ik v_ik / Σ_{i∈s} ŵ_i m_ik (ŵ: weights normalised
   in the cell, m: masks) from the superposition of the precoded signals of
   its clients, plus receiver noise of variance `mse_s` on every coordinate
@@ -208,42 +211,26 @@ def over_the_air_mean(key: jax.Array, values: PyTree, weights: jax.Array,
   precoder = normalised * jnp.conj(received) / jnp.abs(received)**2  # Eq. (23)
   effective = jnp.real(received * precoder)                  # = ŵ_i
   noise_std = jnp.sqrt(mse)
-  leaves, treedef = jax.tree.flatten(values)
-  mask_leaves = ([None] * len(leaves) if masks is None else
-                 treedef.flatten_up_to(masks))
+  # The superposition sums the effective weights' signals, the coverage
+  # the nominal weights (`segment_sums` with its denominator weights).
+  superposed, coverage = aggregation.segment_sums(
+      values, effective, segment_ids, num_segments, masks,
+      denominator_weights=normalised)
+  leaves, treedef = jax.tree.flatten(superposed)
 
-  def one_leaf(index, value, mask):
-    expand = lambda v: v.reshape(v.shape + (1,) * (value.ndim - v.ndim))
-    sent = value.astype(jnp.float32)
-    coverage_weights = expand(normalised)
-    if mask is not None:
-      sent = sent * mask.astype(jnp.float32)
-      coverage_weights = coverage_weights * mask.astype(jnp.float32)
-    superposed = jax.ops.segment_sum(expand(effective) * sent, segment_ids,
-                                     num_segments=num_segments)
-    coverage = jax.ops.segment_sum(coverage_weights, segment_ids,
-                                   num_segments=num_segments)
-    covered = jnp.broadcast_to(expand(coverage) if mask is None else coverage,
-                               superposed.shape) > 0
+  def receive(index, signal):
     if noise == 'none':
-      received_noise = 0.0
-    else:
-      leaf_key = jax.random.fold_in(key, index)
-      # (1/ν)aᴴz ~ CN(0, MSE): its real part has variance MSE/2.
-      draw = (jnp.real(jax.random.normal(leaf_key, superposed.shape,
-                                         jnp.complex64))
-              if noise == 'complex' else
-              jax.random.normal(leaf_key, superposed.shape))
-      received_noise = jnp.where(covered, expand(noise_std) * draw, 0.0)
-    denominator = expand(coverage) if mask is None else coverage
-    mean = jnp.where(covered, (superposed + received_noise) /
-                     jnp.where(covered, denominator, 1.0), 0.0)
-    return mean.astype(value.dtype), coverage
+      return signal
+    leaf_key = jax.random.fold_in(key, index)
+    # (1/ν)aᴴz ~ CN(0, MSE): its real part has variance MSE/2.
+    draw = (jnp.real(jax.random.normal(leaf_key, signal.shape, jnp.complex64))
+            if noise == 'complex' else jax.random.normal(leaf_key, signal.shape))
+    return signal + noise_std.reshape((-1,) + (1,) * (signal.ndim - 1)) * draw
 
-  pairs = [one_leaf(i, v, m) for i, (v, m) in
-           enumerate(zip(leaves, mask_leaves))]
-  means = treedef.unflatten([p[0] for p in pairs])
-  coverage = treedef.unflatten([p[1] for p in pairs])
+  noisy = [receive(i, signal) for i, signal in enumerate(leaves)]
+  means = jax.tree.map(
+      lambda n, c, v: aggregation.ratio(n, c).astype(v.dtype),
+      treedef.unflatten(noisy), coverage, values)
   stats = AirCompStats(mse=mse, gain=gain, initial_gain=initial_gain,
                        tx_power=jnp.abs(precoder)**2)
   return means, coverage, stats

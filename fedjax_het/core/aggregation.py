@@ -54,7 +54,9 @@ def segment_sum(x: jax.Array, segment_ids: jax.Array, num_segments: int,
 
 def segment_sums(values: PyTree, weights: jax.Array, segment_ids: jax.Array,
                  num_segments: int, masks: PyTree = None, *,
-                 values_masked: bool = False) -> tuple[PyTree, PyTree]:
+                 values_masked: bool = False,
+                 denominator_weights: jax.Array | None = None
+                 ) -> tuple[PyTree, PyTree]:
   """(numerator, denominator) of the per-segment, per-coordinate weighted mean.
 
   For coordinate j of a leaf and segment s,
@@ -80,23 +82,28 @@ def segment_sums(values: PyTree, weights: jax.Array, segment_ids: jax.Array,
       deltas are (`core.program.run_program` masks them); the numerator then
       sums the values as they are, with no [C, ...] product materialised.
       Only for 0/1 masks.
+    denominator_weights: float [C] weights of the denominator when they
+      differ from the numerator's (AirComp: the received effective weights
+      sum the signals, the nominal ones the coverage); default `weights`.
 
   Returns:
     (numerator, denominator): [S, ...] leaves; the denominator is [S] per
     leaf when `masks` is None and [S, *mask.shape[1:]] otherwise.
   """
   weights = weights.astype(jnp.float32)
+  counted = weights if denominator_weights is None else (
+      denominator_weights.astype(jnp.float32))
 
   def one_leaf(leaf, mask):
     value = leaf.astype(jnp.float32)
     if mask is None:
       numerator = segment_sum(value, segment_ids, num_segments, weights)
-      denominator = segment_sum(weights, segment_ids, num_segments)
+      denominator = segment_sum(counted, segment_ids, num_segments)
     else:
       mask = mask.astype(jnp.float32)
       numerator = segment_sum(value if values_masked else value * mask,
                               segment_ids, num_segments, weights)
-      denominator = segment_sum(mask, segment_ids, num_segments, weights)
+      denominator = segment_sum(mask, segment_ids, num_segments, counted)
     return numerator, denominator
 
   return _unzip(_map_leaves(one_leaf, values, masks))
