@@ -4,7 +4,7 @@
                      [--algorithm A] [--num-clients M] [--cohort K] [--local-steps S]
                      [--conv-impl auto|xla|im2col] [--client-devices N] [--cpu-devices N]
 
-Workloads (synthetic data of the papers' shapes; PERF_NOTES.md has the peers' numbers):
+Workloads (synthetic data of the papers' shapes; the README's Speed section has the peers' numbers):
 * W-MLP: 1000 clients × 50 examples of 28×28×1, MLP 784-200-200-10, cohort 50,
   5 SGD steps of batch 10.
 * W-PFL: pfl-research's CIFAR-10 benchmark: the same federation on 32×32×3 with

@@ -87,7 +87,7 @@ def held_fraction(algorithm, depth, rate):
 
 # ---- the depth/width rule ----------------------------------------------------
 def test_resnet18_levels_are_the_stages_at_full_width():
-  """{1/64, 1/16, 1/4, 1} → depths 1..4 at r = 1 (specs/fiarse.md §4)."""
+  """{1/64, 1/16, 1/4, 1} → depths 1..4 at r = 1."""
   algorithm = resnet18_scalefl((1 / 64, 1 / 16, 1 / 4, 1.0))
   assert algorithm.depths.tolist() == [1, 2, 3, 4]
   assert algorithm.rates.tolist() == [1.0, 1.0, 1.0, 1.0]

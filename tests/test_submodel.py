@@ -120,7 +120,7 @@ def test_full_capacity_has_threshold_zero_and_norms_are_never_masked():
 
 
 def test_resnet18_counts_match_fiarse_code():
-  """d and k = ⌊γd⌋ of the CIFAR-10 ResNet-18 (specs/fiarse.md §2.1)."""
+  """d and k = ⌊γd⌋ of the CIFAR-10 ResNet-18 (FIARSE's CIFAR-10 setting)."""
   model = models.create_model('resnet18', 10)
   shapes = jax.eval_shape(
       lambda: models.init_params(model, jax.random.PRNGKey(0), (32, 32, 3)))

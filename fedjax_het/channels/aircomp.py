@@ -22,13 +22,13 @@ as we read it: at the iterate a, |bᴴh_i|² ≥ 2Re{(aᴴh_i)*(bᴴh_i)} − |a
 ||b|| ≤ 1 is solved by mirror-prox on its saddle form (entropic steps on the
 client weights λ of the simplex, best response b = v/||v|| with
 v = 2Σ λ_i (aᴴh_i)* h_i, averaged). It starts from the principal eigenvector
-of Σ_i h_i h_iᴴ/||h_i||² (spec §4.3) and keeps the best iterate, so g never
+of Σ_i h_i h_iᴴ/||h_i||² and keeps the best iterate, so g never
 falls below the initialiser's.
 
 The payload is real, the noise complex. `noise='real'` adds real Gaussian
 noise of variance MSE per element, the paper's Eq. (25)/(28) literally;
 `noise='complex'` keeps the real part of the complex estimate, whose noise
-variance is MSE/2 (spec §7 item 8); `noise='none'` is the noiseless channel.
+variance is MSE/2; `noise='none'` is the noiseless channel.
 Everything is jit-able; cells are segments of a client axis, so cells of
 unequal size work.
 """

@@ -6,7 +6,7 @@ runs the same pure per-client function over a leading cohort axis and
 results agree across backends.
 
 - `vmap`: all clients in one vectorised computation (best on GPU/TPU for dense
-  models; convolutions become grouped convolutions, see PERF_NOTES.md).
+  models; convolutions become grouped convolutions, see the README's Speed section).
 - `map`: `lax.map` over clients, optionally `chunk_size` clients vmapped at a
   time (lower memory; avoids grouped convolutions when chunk_size is 1).
 - `sequential`: a host loop of one jitted call per client. It is the

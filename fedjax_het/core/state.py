@@ -55,7 +55,7 @@ def round_key(state: ServerState, stream: int | None = None) -> jax.Array:
 class ClientPlan:
   """What one client does this round; batched plans carry a leading cohort axis.
 
-  Heterogeneity is data (DESIGN.md principle 4): every per-client choice the
+  Heterogeneity is data (docs/design.md, principle 4): every per-client choice the
   papers vary is an array here, fed to the same compiled client update.
 
   Attributes:

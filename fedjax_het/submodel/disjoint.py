@@ -1,6 +1,6 @@
 """HIST's disjoint submodels: hidden neurons split among N cells, as masks.
 
-HIST (Fang, Han & Brinton, specs/hist.md §2.2) trains, in every global round,
+HIST (Fang, Han & Brinton) trains, in every global round,
 N submodels that cover the global model without overlap (Eq. (3):
 p_j ⊙ p_j' = 0, Σ_j p_j = 1). The unit of partitioning is a hidden neuron of a
 fully connected layer: neuron u of a partitioned hidden layer owns
@@ -13,7 +13,7 @@ Following the paper's rule for deep stacks ("partition only the hidden
 neurons every two layers", Appendix B) the 1st, 3rd, 5th, ... hidden layers of
 the fully connected stack are partitioned; the others, the output bias and
 all convolutions are **shared**: every cell trains them and the cloud averages
-them (spec §7 item 5; the paper's Eq. (7) sum covers only disjoint pieces).
+them (our reading; the paper's Eq. (7) sum covers only disjoint pieces).
 The FCNN 784-300-10 thus splits its 300 hidden neurons (each with 784 + 1 +
 10 = 795 parameters; only the 10 output biases are shared), LeNet-5 splits
 the 120 neurons of fc1 (fc2's 84 neurons and the convs are shared) and a CNN

@@ -15,7 +15,7 @@ Eq. 2, "TopK_γ" of Alg. 1 line 4). The grouping sets the granularity:
   used by FIARSE for RoBERTa); maskable leaves matching no prefix stay
   unmasked (their θ is 0).
 
-γ = 1 gives θ = 0: the full group, with TCB-GD factor exactly 1 (spec §7.11).
+γ = 1 gives θ = 0: the full group, with TCB-GD factor exactly 1.
 Masks of one grouping nest: the γ_a-submodel lies inside the γ_b-submodel for
 γ_a ≤ γ_b, since both are top-k sets of the same magnitudes. Ties at the
 threshold are kept, so a mask may hold slightly more than k entries.

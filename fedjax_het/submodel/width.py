@@ -153,7 +153,7 @@ def hidden_output_scale(layout: PyTree, rate) -> PyTree:
   """HeteroFL's Scaler: 1/r for kernels and biases of hidden layers, else 1.
 
   Scaling a layer's weights and bias by 1/r scales its outputs by 1/r, the
-  training-time `Scaler` of HeteroFL/FedRolex (specs/fiarse.md §4).
+  training-time `Scaler` of HeteroFL/FedRolex.
   """
   inverse = 1.0 / jnp.asarray(rate, jnp.float32)
   return jax.tree.map(
@@ -185,7 +185,7 @@ def width_for_capacity(layout: PyTree, gamma: float, rule: str = 'sqrt'
                        ) -> float:
   """Width ratio r of capacity γ.
 
-  'sqrt': r = √γ (specs/fiarse.md §4: conv parameters scale as r², so the
+  'sqrt': r = √γ (conv parameters scale as r², so the
   submodel holds ≈ γ of them; the capacity sets {1/64, 1/16, 1/4, 1} and
   {0.04, …, 1} are the squares of {1/8, …, 1} and {0.2, …, 1}).
   'params': the largest r whose submodel holds at most a γ fraction of the

@@ -5,7 +5,7 @@ amount of local work T_m^(r) (FedACS §2, "communication" and "computation"
 heterogeneity). `Heterogeneity.draw` returns these arrays for all M clients
 together with the round's link outcomes Z_m^r ~ Bernoulli(1 − q_m^(r))
 (Z = 1: the upload reaches the server; the paper's Section-2 convention,
-App. B's Z = 0-is-success being a typo, spec §6 #2). Everything is drawn
+App. B's Z = 0-is-success being a typo). Everything is drawn
 inside the compiled round from the round's key, so the draws cost no host
 work, are identical for every method run with the same seed (a fair
 comparison), and a resumed run sees the same sequence.
