@@ -1,7 +1,5 @@
-"""`python -m fedjax_het` is the `fedjax-het` command."""
-import sys
-
-from fedjax_het.cli import main
+"""`python -m fedjax_het` is the `fedjax-het` command (one XLA device per CPU core too)."""
+from fedjax_het.cli import console_main
 
 if __name__ == '__main__':
-  sys.exit(main())
+  console_main()

@@ -13,6 +13,7 @@ import ast
 import importlib.util
 import os
 import sys
+from typing import Callable
 
 import jax
 import ml_collections
@@ -223,9 +224,59 @@ def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
   return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-  from fedjax_het import checkpoint, compare, run  # pylint: disable=g-import-not-at-top
+def report_errors(prog: str, fn: Callable[[], int]) -> int:
+  """`fn()`, with every failure a user can cause or meet ending in one line on
+  stderr and an exit code: 2 for a bad config, 1 for a diverged run, a busy or
+  unusable workdir, an unreadable checkpoint or a failing client, 130 after
+  Ctrl-C (the last finished round is checkpointed)."""
+  from fedjax_het import checkpoint, run  # pylint: disable=g-import-not-at-top
   from fedjax_het.core.backends import ClientError  # pylint: disable=g-import-not-at-top
+  try:
+    return fn()
+  except ConfigError as e:
+    print(f'{prog}: error: {e}', file=sys.stderr)
+    return 2
+  except (run.TrainingDiverged, checkpoint.CheckpointError, ClientError,
+          WorkdirError) as e:
+    print(f'{prog}: {e}', file=sys.stderr)
+    return 1
+  except run.RunInterrupted as e:
+    print(f'\n{prog}: {e}', file=sys.stderr)
+    return 130
+
+
+def _train_command(argv: list[str]) -> int:
+  """The trainer command: one config, a comparison, or --show-config."""
+  from fedjax_het import compare, run  # pylint: disable=g-import-not-at-top
+  seeds, argv = pop_seeds(argv)
+  show = '--show-config' in argv
+  argv = [arg for arg in argv if arg != '--show-config']
+  config_path, workdir, overrides = parse_args(argv)
+  workdir = workdir or default_workdir(config_path)
+  module = load_experiment(config_path)
+  seeds = seeds or getattr(module, 'SEEDS', 1)
+  if hasattr(module, 'get_configs') or seeds != 1:  # one config over seeds: a 1-row comparison
+    configs = (experiment_configs(module, config_path)
+               if hasattr(module, 'get_configs') else
+               {os.path.splitext(os.path.basename(config_path))[0]:
+                experiment_config(module, config_path)})
+    configs = {label: _overridden(c, overrides) for label, c in configs.items()}
+    if show:
+      return _show_configs(configs)
+    print(compare.run_comparison(
+        configs, workdir, run.train,
+        getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
+        getattr(module, 'TITLE', ''), seeds=seeds))
+    print(f'outputs: {workdir}')
+    return 0
+  config = _overridden(experiment_config(module, config_path), overrides)
+  if show:
+    return _show_configs({'': config})
+  _print_summary(run.train(config, workdir), workdir)
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   if argv[:1] == ['bench']:
     from fedjax_het import bench  # pylint: disable=g-import-not-at-top
@@ -233,44 +284,7 @@ def main(argv: list[str] | None = None) -> int:
   if '--distributed' in argv:
     argv = [arg for arg in argv if arg != '--distributed']
     jax.distributed.initialize()
-  try:
-    seeds, argv = pop_seeds(argv)
-    show = '--show-config' in argv
-    argv = [arg for arg in argv if arg != '--show-config']
-    config_path, workdir, overrides = parse_args(argv)
-    workdir = workdir or default_workdir(config_path)
-    module = load_experiment(config_path)
-    seeds = seeds or getattr(module, 'SEEDS', 1)
-    if hasattr(module, 'get_configs') or seeds != 1:  # one config over seeds: a 1-row comparison
-      configs = (experiment_configs(module, config_path)
-                 if hasattr(module, 'get_configs') else
-                 {os.path.splitext(os.path.basename(config_path))[0]:
-                  experiment_config(module, config_path)})
-      configs = {label: _overridden(c, overrides) for label, c in configs.items()}
-      if show:
-        return _show_configs(configs)
-      print(compare.run_comparison(
-          configs, workdir, run.train,
-          getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
-          getattr(module, 'TITLE', ''), seeds=seeds))
-      print(f'outputs: {workdir}')
-      return 0
-    config = _overridden(experiment_config(module, config_path), overrides)
-    if show:
-      return _show_configs({'': config})
-    summary = run.train(config, workdir)
-  except ConfigError as e:
-    print(f'fedjax-het: error: {e}', file=sys.stderr)
-    return 2
-  except (run.TrainingDiverged, checkpoint.CheckpointError, ClientError,
-          WorkdirError) as e:
-    print(f'fedjax-het: {e}', file=sys.stderr)
-    return 1
-  except run.RunInterrupted as e:
-    print(f'\nfedjax-het: {e}', file=sys.stderr)
-    return 130
-  _print_summary(summary, workdir)
-  return 0
+  return report_errors('fedjax-het', lambda: _train_command(argv))
 
 
 # At most this many XLA devices are made of the CPU's cores (each holds a copy of the data).

@@ -14,6 +14,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_het import cli, plots, run, workdir as workdir_lib
+from fedjax_het.checkpoint import CheckpointError
+from fedjax_het.config import ConfigError
+from fedjax_het.workdir import WorkdirError
 from test_run import QUICK, QUICKSTART, quick_config, read_rows
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -248,3 +251,21 @@ def test_comparison_legend_covers_no_bar():
   box = legend.get_window_extent(renderer)
   for ax in fig.axes:
     assert not box.overlaps(ax.get_window_extent(renderer))
+
+
+@pytest.mark.parametrize('error, code', [
+    (lambda: ConfigError('rounds must be a positive integer, got 0.'), 2),
+    (lambda: WorkdirError('workdir W is in use by pid 1 on h since t.'), 1),
+    (lambda: CheckpointError('checkpoint of round 2 cannot be read.'), 1),
+])
+def test_every_entry_point_reports_user_errors_in_one_line(capsys, error,
+                                                           code):
+  """`cli.report_errors` serves fedjax-het and the FedACS/HIST compare scripts."""
+
+  def fail():
+    raise error()
+
+  assert cli.report_errors('compare.py', fail) == code
+  err = capsys.readouterr().err
+  assert err.startswith('compare.py: ') and err.count('\n') == 1
+  assert 'Traceback' not in err

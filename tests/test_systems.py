@@ -114,6 +114,23 @@ def test_trace_rows_repeat_and_epochs_count_batches(tmp_path):
   assert model.max_steps() == 15  # client 1 in row 1: 5 epochs × 3 batches
 
 
+@pytest.mark.parametrize('content', ['text', 'npy'])
+def test_a_trace_that_is_not_an_npz_archive_fails_with_one_line(tmp_path,
+                                                                content):
+  path = tmp_path / 'trace.npz'
+  if content == 'text':
+    path.write_text('q,local_work\n0.1,3\n')
+  else:
+    with open(path, 'wb') as f:
+      np.save(f, np.zeros((2, 3)))
+  with pytest.raises(ValueError) as error:
+    build(systems_section(model='trace', trace=str(path)), num_clients=3,
+          counts=[4, 4, 4], batch_size=2)
+  message = str(error.value)
+  assert message.startswith(f'systems.trace file {path} is not an .npz')
+  assert '\n' not in message and 'pickle' not in message
+
+
 @pytest.mark.parametrize('overrides, message', [
     ({'q': (0.2, 1.5) * 10}, r'systems.q must be probabilities in \[0, 1\], got 1.5'),
     ({'q': (-0.1,)}, r'systems.q must be probabilities in \[0, 1\]'),

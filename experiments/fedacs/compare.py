@@ -209,12 +209,11 @@ def main(argv: list[str]) -> int:
   if any(a in ('-h', '--help') for a in argv):
     print(USAGE)
     return 0
-  try:
+  def run_and_print() -> int:
     print(compare_seeds(argv))
-  except ConfigError as e:
-    print(f'compare: error: {e}', file=sys.stderr)
-    return 2
-  return 0
+    return 0
+
+  return cli.report_errors('compare', run_and_print)
 
 
 if __name__ == '__main__':

@@ -205,18 +205,17 @@ def compare_file(path: str, workdir: str, overrides) -> str:
 
 
 def main(argv: list[str]) -> int:
-  try:
+  def run_and_print() -> int:
     files, workdir, overrides = parse(argv)
     texts = []
     for path in files:
       name = os.path.splitext(os.path.basename(path))[0]
       texts.append(compare_file(path, os.path.join(workdir, name), overrides))
-  except ConfigError as e:
-    print(f'compare.py: error: {e}', file=sys.stderr)
-    return 2
-  print('\n'.join(texts))
-  print(f'outputs: {workdir}')
-  return 0
+    print('\n'.join(texts))
+    print(f'outputs: {workdir}')
+    return 0
+
+  return cli.report_errors('compare.py', run_and_print)
 
 
 if __name__ == '__main__':
