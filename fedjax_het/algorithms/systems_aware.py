@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het.algorithms.base import FederatedAlgorithm, payload_bytes
+from fedjax_het.algorithms.base import FederatedAlgorithm, \
+    mean_over_active, payload_bytes
 from fedjax_het.core import aggregation, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext, round_key
@@ -327,10 +328,12 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
     _, copies = self.slot_weights(state, plans, outputs)
+    active = plans.is_active()
+    copies = copies * active  # idle slots exchange and compute nothing
     uploads = copies * plans.extras['link_up']
     model_bytes = payload_bytes(state.params)
     return {
-        'train_loss': jnp.mean(outputs.loss),
+        'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(copies * outputs.num_examples),
         'local_steps': jnp.sum(copies * plans.num_steps),
         'uploads': jnp.sum(uploads),
