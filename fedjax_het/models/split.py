@@ -122,6 +122,14 @@ class SplitModel(nn.Module):
   aux: str = 'mlp'
   aux_channels: int = 54
 
+  def __post_init__(self):
+    if self.cut not in self.cuts():
+      raise ValueError(
+          f'model_options.cut {self.cut!r} is not a cut layer of '
+          f'{type(self).__name__}; choose one of {", ".join(self.cuts())}.')
+    _aux_stages(self.aux, self.aux_channels, self.num_classes)
+    super().__post_init__()
+
   def stages(self) -> tuple:
     raise NotImplementedError
 
@@ -131,12 +139,7 @@ class SplitModel(nn.Module):
 
   def setup(self):
     stages = self.stages()
-    names = [name for name, _ in stages]
-    if self.cut not in names[:-1]:
-      raise ValueError(
-          f'model_options.cut {self.cut!r} is not a cut layer of '
-          f'{type(self).__name__}; choose one of {", ".join(names[:-1])}.')
-    k = names.index(self.cut) + 1
+    k = [name for name, _ in stages].index(self.cut) + 1
     self.client = Part(stages[:k])
     self.server = Part(stages[k:])
     self.aux_head = Part(_aux_stages(self.aux, self.aux_channels,
