@@ -7,9 +7,8 @@ RandomHorizontalFlip(p=0.5), drawn independently per image.
 `crop24_jitter` is CSE-FSL's CIFAR-10 pipeline (the authors' code): a random
 24x24 crop without padding, a horizontal flip, ColorJitter(brightness=0.5,
 contrast=(0.2, 1.8)); at test time `test_transform` takes the centre 24x24
-crop. Images are assumed already normalised to mean 0.5, std 0.5 per channel
-(x' = 2x − 1), so jitter is applied to x = (x' + 1)/2 in [0, 1] and mapped
-back. An augmentation that changes the image size reports it through
+crop. Images are the loaders' [0, 1] pixels (the authors' final
+Normalize(0.5, 0.5) is left out: an affine map of the input, our choice). An augmentation that changes the image size reports it through
 `output_shape` (the model is built for it).
 """
 import jax
@@ -56,11 +55,10 @@ def crop24_jitter(key: jax.Array, images: jax.Array) -> jax.Array:
     out = jax.lax.dynamic_slice(image, (y, x, 0), (_CROP24, _CROP24, channels))
     return jnp.where(flip, out[:, ::-1], out)
 
-  x = (jax.vmap(crop)(images, top, left, flips) + 1.0) / 2.0
+  x = jax.vmap(crop)(images, top, left, flips)
   x = jnp.clip(x * bright, 0.0, 1.0)
   grey = jnp.mean(x, axis=(1, 2, 3), keepdims=True)
-  x = jnp.clip(grey + contrast * (x - grey), 0.0, 1.0)
-  return 2.0 * x - 1.0
+  return jnp.clip(grey + contrast * (x - grey), 0.0, 1.0)
 
 
 def centre_crop24(images: jax.Array) -> jax.Array:
