@@ -6,7 +6,7 @@ Paper:     Table V ordering (CIFAR-10 IID, 200 epochs): MC 80.55 > AN 77.75 > CS
            CSE (1.61 M) ≈ OC (1.50 M) ≪ MC (5.34) < AN (5.46).
 Measured:  (seed 0, 30 rounds, ≈4 min for all six on 2 shared CPU cores) acc last 5 evals / final /
            load GB / server storage params / comm rounds / s per round:
-           fsl_mc 59.56 / 91.39 / 0.02233 / 106,930 / 2550 / 0.045   (= fedavg, bit for bit in acc)
+           fsl_mc 59.56 / 91.39 / 0.02233 / 106,930 / 2550 / 0.045   (the same accuracies as fedavg)
            fsl_oc 91.67 / 94.72 / 0.02233 /  31,674 / 2550 / 0.048
            fsl_an 86.72 / 94.72 / 0.01333 / 110,180 / 2550 / 0.068
            cse h=1 91.72 / 93.33 / 0.01333 / 34,924 / 2550 / 0.067
