@@ -59,7 +59,7 @@ class CoreOptions(OptionGroup):
   client_lr: float = option(0.05, 'client learning rate', check=positive)
   client_momentum: float = option(0.0, 'client heavy-ball momentum', check=in_range(0, 1, closed_high=False))
   client_weight_decay: float = option(0.0, 'client weight decay')
-  augment: str = option('none', 'none | crop_flip (CIFAR: random crop with padding 4 and flip)')
+  augment: str = option('none', 'none | crop_flip (CIFAR: random crop with padding 4 and flip) | crop24_jitter (CSE-FSL CIFAR-10: 24x24 crop, flip, colour jitter; centre crop at test)')
   server_lr: float = option(1.0, 'server learning rate η_s on the aggregated pseudo-gradient', check=positive)
   server_momentum: float = option(0.0, 'server heavy-ball momentum', check=in_range(0, 1, closed_high=False))
   aggregation_weights: str = option('examples', 'client weights in the aggregate: examples held or uniform', choices=('examples', 'uniform'))

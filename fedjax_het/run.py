@@ -33,6 +33,7 @@ import tqdm
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
     logging_writers, models, plots, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
+from fedjax_het.data import augment as augment_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.sharding import client_mesh
@@ -72,7 +73,8 @@ def build_experiment(config: ml_collections.ConfigDict):
   model = models.create_model(config.model, split.num_classes,
                               **config.model_options.to_dict())
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
-  params = models.init_params(model, init_key, dataset.x_train.shape[1:])
+  params = models.init_params(model, init_key, augment_lib.output_shape(
+      config.augment, dataset.x_train.shape[1:]))
   algorithm = algorithms.create_algorithm(config.algorithm, config, model,
                                           split.train)
   return split, model, params, algorithm

@@ -10,13 +10,15 @@ from fedjax_het.algorithms.systems_aware import FedAvgHet
 from fedjax_het.algorithms.fiarse import Fiarse, FiarseLayerwise, PruningGreedy
 from fedjax_het.algorithms.scalefl import ScaleFL
 from fedjax_het.algorithms.hist import HFedAvg, HIST
+from fedjax_het.algorithms.split_learning import CseFsl, FslAn
+from fedjax_het.algorithms.fsl_baselines import FslMc, FslOc
 from fedjax_het.algorithms.width_slicing import FedRolex, FjORD, HeteroFL
 
 ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
     cls.name: cls for cls in (
         FedAvg, Fiarse, FiarseLayerwise, PruningGreedy, HeteroFL, FedRolex,
         FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
-        OptimalSampling, HIST, HFedAvg)
+        OptimalSampling, HIST, HFedAvg, CseFsl, FslAn, FslMc, FslOc)
 }
 
 

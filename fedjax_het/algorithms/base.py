@@ -357,10 +357,12 @@ class FederatedAlgorithm:
 
     Must return `accuracy` and `loss` (the headline test metrics); methods add
     their own protocol's scalars (e.g. accuracy per capacity). Default: the
-    full model on the global test set (`split` is a `FederatedSplit`).
+    full model on the global test set (`split` is a `FederatedSplit`), through
+    the augmentation's test-time transform (e.g. a centre crop).
     """
+    transform = augment.test_transform(self.config.augment)
     return evaluation.make_evaluator(
-        lambda p, x: self.model.apply({'params': p}, x), split.test_x,
+        lambda p, x: self.model.apply({'params': p}, transform(x)), split.test_x,
         split.test_y, self.config.eval_batch_size)
 
   def finish_round(self, state: ServerState, plans: ClientPlan,

@@ -12,6 +12,7 @@ from fedjax_het.models.layers import NORMS, StaticBatchNorm
 from fedjax_het.models.mlp import MLP
 from fedjax_het.models.registry import MODELS, create_model, init_params, maskable_leaves
 from fedjax_het.models.resnet import BasicBlock, ResNet18
+from fedjax_het.models.split import SplitModel, is_split, split_apply
 
 __all__ = [
     'BasicBlock',
@@ -21,10 +22,13 @@ __all__ = [
     'NORMS',
     'ResNet18',
     'SimpleCNN',
+    'SplitModel',
     'StaticBatchNorm',
     'create_model',
     'init_params',
+    'is_split',
     'maskable_leaves',
+    'split_apply',
     'torch_bias_init',
     'torch_kernel_init',
     'uniform_bound',

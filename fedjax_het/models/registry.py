@@ -10,12 +10,16 @@ from flax import linen as nn
 from fedjax_het.models.cnn import LeNet5, SimpleCNN
 from fedjax_het.models.mlp import MLP
 from fedjax_het.models.resnet import ResNet18
+from fedjax_het.models.split import SplitCifarCNN, SplitEmnistCNN, SplitLeNet5
 
 _CLASSES = {
     'mlp': MLP,
     'lenet5': LeNet5,
     'simple_cnn': SimpleCNN,
     'resnet18': ResNet18,
+    'split_cifar_cnn': SplitCifarCNN,
+    'split_emnist_cnn': SplitEmnistCNN,
+    'split_lenet5': SplitLeNet5,
 }
 MODELS = tuple(_CLASSES)
 
@@ -27,7 +31,9 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   """Build model `name` (one of MODELS) with `num_classes` outputs and its own options.
 
   Options: mlp(hidden, exits), lenet5(padding, norm, num_groups, exits, conv_impl),
-  simple_cnn(norm, num_groups, conv_impl), resnet18(width, norm, num_groups, exits, conv_impl).
+  simple_cnn(norm, num_groups, conv_impl), resnet18(width, norm, num_groups, exits, conv_impl);
+  split models (models/split.py): split_cifar_cnn(cut, aux, aux_channels, pool),
+  split_emnist_cnn(cut, aux, aux_channels, conv_relu), split_lenet5(cut, aux, aux_channels).
   `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
   (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
   classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits

@@ -1,0 +1,362 @@
+"""CSE-FSL and FSL_AN: split learning with an auxiliary head (Mu & Shen, "Federated Split
+Learning with Improved Communication and Storage Efficiency").
+
+A split model (`models.split`) has a client part x_c, an aux head a_c and a
+server part x_s. One round = one local epoch of M = `local_steps` batches:
+
+1. Every client trains (x_c, a_c) on the aux loss only (Eq. 8: one joint SGD
+   step per batch, no gradient from the server); x_s is forward-free on the
+   client and has no optimiser state (`sgd_program(..., trainable=client,
+   aux)`). Every h = `split.upload_every` batches it uploads ONE batch of
+   smashed data (stop-gradient cut activations) and its labels
+   (`ClientOutput.emitted`, leaves [M // h, B, ...]); the trailing M mod h
+   batches still train the client and upload nothing.
+2. The server takes one SGD step per uploaded batch (Eqs. 11-13) on ONE model,
+   inside the round's jit as a `lax.scan` over the uploads in arrival order:
+   block-major, client-minor (block 0 of clients 1..n, then block 1, ...), the
+   clients in natural order or a fresh random permutation per block
+   (`split.server_order`, Fig. 6); uploads of idle slots and of steps a
+   client did not run (`emitted_active`) are skipped. Since the clients never
+   read x_s, this equals the interleaved protocol (client block, server
+   step, ...) exactly.
+3. FedAvg of x_c and a_c (Eq. 14, weights `aggregation_weights`); x_s is not
+   averaged.
+
+Which batch of a block is uploaded (`split.upload_batch`: 'last', the
+authors' code, or 'first', Alg. 1's m mod h = 0) and with which client weights
+(`split.activations`: 'pre', the forward pass of the training step, or
+'post', recomputed after the step, the notation g_{x_c^{t,h}} of Eq. 11) are
+flags (the paper leaves this open, spec §6.1). The lr is
+η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ for x_c, a_c and x_s (Sec. V:
+0.15 decayed by 0.99 every 10 rounds on CIFAR-10).
+
+FSL_AN (Han et al.) is the same client side with h = 1 and one server copy per
+client, each trained on its own client's uploads and averaged every round
+(`split.server_copies='per_client'`); CSE-FSL with that flag and h = 1 is
+FSL_AN.
+
+Accounting per round (`round_metrics`, summed by the trainer):
+smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
+bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
+server_storage_params (logged in round 0 only, so its running total is the
+storage); see `split_accounting`.
+"""
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_het import models
+from fedjax_het.algorithms import split_accounting as accounting
+from fedjax_het.algorithms.base import FederatedAlgorithm, mean_over_active
+from fedjax_het.core import aggregation, program
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
+    round_key
+from fedjax_het.data import augment as augment_lib
+from fedjax_het.options import (ConfigError, OptionGroup, in_range,
+                                non_negative, option, positive_int)
+
+PyTree = Any
+CLIENT_TRAINABLE = (('params', 'client'), ('params', 'aux'))
+_SERVER_STREAM = 1_000_081
+_ORDER_STREAM = 1_000_099
+# Folded into a step's key: its augmentation, the client's dropout.
+_AUGMENT_KEY, _DROPOUT_KEY = 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitOptions(OptionGroup):
+  """`config.split`: federated split learning (CSE-FSL, FSL_MC/OC/AN)."""
+  key = 'split'
+  upload_every: int = option(1, 'h: one smashed batch uploaded every h local batches (CSE-FSL; ≤ local_steps)', check=positive_int)
+  upload_batch: str = option('last', 'batch of a block uploaded: last (authors\' code) | first (Alg. 1)', choices=('last', 'first'))
+  activations: str = option('pre', 'uploaded activations: pre (the training forward) | post (after the step, Eq. 11)', choices=('pre', 'post'))
+  server_order: str = option('natural', 'server steps per block in client order: natural | random (Fig. 6)', choices=('natural', 'random'))
+  server_copies: str = option('one', 'CSE-FSL: one shared server model | per_client copies averaged each round (FSL_AN)', choices=('one', 'per_client'))
+  lr_decay: float = option(1.0, 'η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ for every part (CIFAR-10: 0.99)', check=in_range(0, 1))
+  lr_decay_every: int = option(10, 'rounds between lr decays', check=positive_int)
+  clip_norm: float = option(0.0, 'FSL_OC: global-norm clip of client and server gradients (0: off)', check=non_negative)
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+class SplitLearning(FederatedAlgorithm):
+  """What every split method shares: the split model, the lr schedule, the
+  training inputs, FedAvg of the client side and the accounting."""
+
+  option_groups = (SplitOptions,)
+  protocol: accounting.SplitProtocol = accounting.CSE_FSL
+
+  def __init__(self, config, model, data):
+    if not models.is_split(model):
+      raise ConfigError(
+          f'{self.name} trains a split model; config.model must be one of '
+          'split_cifar_cnn, split_emnist_cnn, split_lenet5, got '
+          f'{config.model!r}.')
+    self.split = SplitOptions.from_config(config)
+    super().__init__(config, model, data)
+    self.augment = augment_lib.get_augmentation(config.augment)
+    params = jax.eval_shape(
+        lambda: models.init_params(model, jax.random.PRNGKey(0),
+                                   self.input_shape(data)))
+    self.smashed_shape = jax.eval_shape(
+        lambda p: models.split_apply(model, p, 'client', jnp.zeros(
+            (1,) + self.input_shape(data))), params).shape[1:]
+    self.sizes = accounting.SplitSizes.of(params, self.smashed_shape)
+
+  def input_shape(self, data) -> tuple:
+    """One training example's shape (after a cropping augmentation)."""
+    return augment_lib.output_shape(self.config.augment, data.x.shape[2:])
+
+  # ---- plans: the lr schedule ----------------------------------------------
+  def round_lr(self, round_index: jax.Array) -> jax.Array:
+    """η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ (Sec. V)."""
+    decays = (round_index // self.split.lr_decay_every).astype(jnp.float32)
+    return self.config.client_lr * self.split.lr_decay**decays
+
+  def plan_clients(self, state: ServerState, client_ids: jax.Array,
+                   keys: jax.Array) -> ClientPlan:
+    plans = super().plan_clients(state, client_ids, keys)
+    return plans.replace(lr=jnp.full(plans.lr.shape,
+                                     self.round_lr(state.round)))
+
+  # ---- local steps ---------------------------------------------------------
+  def train_inputs(self, x: jax.Array, key: jax.Array) -> jax.Array:
+    """A batch as the model sees it in training: augmented with the step's
+    key (the same for a recomputed forward)."""
+    if self.augment is None:
+      return x
+    return self.augment(jax.random.fold_in(key, _AUGMENT_KEY), x)
+
+  def smashed(self, params: PyTree, x: jax.Array, key: jax.Array):
+    """x_c(x) in training: [B, ...] smashed data, dropout from `key`."""
+    return models.split_apply(self.model, params, 'client', x, train=True,
+                              key=jax.random.fold_in(key, _DROPOUT_KEY))
+
+  def server_loss(self, server_params: PyTree, smashed: jax.Array,
+                  labels: jax.Array, key: jax.Array) -> jax.Array:
+    """F_s: cross-entropy of x_s on a smashed batch (Eq. 13)."""
+    logits = models.split_apply(self.model, {'server': server_params},
+                                'server', smashed, train=True, key=key)
+    return cross_entropy(logits, labels)
+
+  # ---- aggregation -----------------------------------------------------------
+  def fedavg(self, state: ServerState, plans: ClientPlan,
+             outputs: ClientOutput) -> PyTree:
+    """The params with every part in `outputs.delta` replaced by x − the
+    weighted mean of the active clients' deltas, i.e. the mean of their
+    models (Eq. 14)."""
+    means, _ = aggregation.masked_segment_mean(
+        outputs.delta, plans.active_weight(), plans.segment, 1)
+    averaged = jax.tree.map(lambda p, m: p - m[0],
+                            {part: state.params[part] for part in means}, means)
+    return {**state.params, **averaged}
+
+  def uploads_per_client(self, plans: ClientPlan,
+                         outputs: ClientOutput) -> jax.Array:
+    """int [K]: smashed batches each client uploaded this round."""
+    return jnp.where(plans.is_active(), plans.num_steps, 0)
+
+  def round_metrics(self, state: ServerState, plans: ClientPlan,
+                    outputs: ClientOutput) -> dict[str, jax.Array]:
+    """Loss, examples and the split accounting (module docstring)."""
+    active = plans.is_active()
+    uploads = self.uploads_per_client(plans, outputs)
+    per_client = accounting.client_bytes(self.protocol, self.sizes, uploads,
+                                         self.config.batch_size)
+    metrics = {name: jnp.sum(jnp.where(active, value, 0.0)).astype(
+        jnp.float32) for name, value in per_client.items()}
+    metrics['bytes_up'] = metrics['smashed_bytes_up'] + metrics[
+        'model_bytes_up']
+    metrics['bytes_down'] = metrics['grad_bytes_down'] + metrics[
+        'model_bytes_down']
+    metrics['gb'] = (metrics['bytes_up'] + metrics['bytes_down']) / accounting.GB
+    metrics['comm_rounds'] = jnp.sum(uploads).astype(jnp.float32)
+    storage = accounting.server_storage(self.protocol, self.sizes,
+                                        self.cohort_size)
+    metrics['server_storage_params'] = jnp.where(state.round == 0,
+                                                 float(storage), 0.0)
+    metrics['train_loss'] = mean_over_active(outputs.loss, active)
+    metrics['examples'] = jnp.sum(outputs.num_examples)
+    return metrics
+
+
+class CseFsl(SplitLearning):
+  """CSE-FSL (module docstring); `split.server_copies='per_client'` is FSL_AN."""
+
+  name = 'cse_fsl'
+
+  def __init__(self, config, model, data):
+    super().__init__(config, model, data)
+    h = self.upload_every
+    if h > self.config.local_steps:
+      raise ConfigError(
+          f'split.upload_every (h = {h}) exceeds the batches per round '
+          f'(local_steps = {self.config.local_steps}).')
+    self.protocol = (accounting.FSL_AN if self.per_client_servers
+                     else accounting.CSE_FSL)
+
+  @property
+  def upload_every(self) -> int:
+    return self.split.upload_every
+
+  @property
+  def per_client_servers(self) -> bool:
+    return self.split.server_copies == 'per_client'
+
+  # ---- clients ---------------------------------------------------------------
+  def aux_loss(self, local: program.LocalModel, x: jax.Array, y: jax.Array,
+               plan: ClientPlan, ctx) -> tuple[jax.Array, dict]:
+    """F_c (Eq. 8): CE of a_c(x_c(x)); emits the smashed batch and labels."""
+    del plan
+    smashed = self.smashed(local.params, self.train_inputs(x, ctx.key),
+                           ctx.key)
+    logits = models.split_apply(self.model, local.params, 'aux', smashed)
+    return cross_entropy(logits, y), {
+        'smashed': jax.lax.stop_gradient(smashed), 'labels': y}
+
+  def post_update_upload(self, local: program.LocalModel, batch, ctx) -> dict:
+    """The batch's smashed data under the client weights after the step."""
+    smashed = self.smashed(local.params, self.train_inputs(batch.x, ctx.key),
+                           ctx.key)
+    return {'smashed': smashed, 'labels': batch.y}
+
+  def client_program(self) -> program.ClientProgram:
+    base = program.sgd_program(
+        self.aux_loss, self.client_optimizer(),
+        num_steps=self.max_local_steps(), batch_size=self.config.batch_size,
+        trainable=CLIENT_TRAINABLE, emit_every=self.upload_every,
+        scan_unroll=self.config.scan_unroll)
+    template = {
+        'smashed': jax.ShapeDtypeStruct(
+            (self.config.batch_size,) + tuple(self.smashed_shape),
+            jnp.float32),
+        'labels': jax.ShapeDtypeStruct((self.config.batch_size,), jnp.int32)}
+    return upload_program(
+        base, self.upload_every, first=self.split.upload_batch == 'first',
+        recompute=(self.post_update_upload
+                   if self.split.activations == 'post' else None),
+        template=template)
+
+  def uploads_per_client(self, plans, outputs):
+    return jnp.sum(outputs.emitted_active, axis=1) * plans.is_active()
+
+  # ---- server ----------------------------------------------------------------
+  def server_sgd(self, server_params: PyTree, upload: dict, active, key,
+                 lr) -> PyTree:
+    """One server step on an uploaded batch (Eq. 11), skipped if inactive."""
+    grads = jax.grad(self.server_loss)(server_params, upload['smashed'],
+                                       upload['labels'], key)
+    return jax.tree.map(lambda p, g: jnp.where(active, p - lr * g, p),
+                        server_params, grads)
+
+  def server_keys(self, state: ServerState, plans: ClientPlan,
+                  blocks: int) -> jax.Array:
+    """Dropout key of the server step on (client slot k, block b): [K, nb]."""
+    base = round_key(state, _SERVER_STREAM)
+    per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+        base, plans.client_id)
+    return jax.vmap(lambda k: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+        k, jnp.arange(blocks)))(per_client)
+
+  def arrival_order(self, state: ServerState, blocks: int,
+                    cohort: int) -> jax.Array:
+    """int [nb, K]: the client slots in arrival order within each block."""
+    if self.split.server_order == 'natural':
+      return jnp.tile(jnp.arange(cohort), (blocks, 1))
+    key = round_key(state, _ORDER_STREAM)
+    return jax.vmap(lambda b: jax.random.permutation(
+        jax.random.fold_in(key, b), cohort))(jnp.arange(blocks))
+
+  def train_server(self, state: ServerState, plans: ClientPlan,
+                   outputs: ClientOutput) -> PyTree:
+    """x_s after the round's uploads: one model in arrival order, or the
+    weighted mean of per-client copies."""
+    uploads, active = outputs.emitted, outputs.emitted_active
+    active = active & plans.is_active()[:, None]
+    cohort, blocks = active.shape
+    keys = self.server_keys(state, plans, blocks)
+    lr = self.round_lr(state.round)
+    start = state.params['server']
+
+    def run(server, sequence):
+      def one(p, item):
+        upload, on, key = item
+        return self.server_sgd(p, upload, on, key, lr), None
+      return jax.lax.scan(one, server, sequence)[0]
+
+    if self.per_client_servers:
+      copies = jax.vmap(run, in_axes=(None, 0))(start, (uploads, active, keys))
+      weights = plans.active_weight()
+      total = jnp.maximum(jnp.sum(weights), 1e-30)
+      return jax.tree.map(
+          lambda c, p: jnp.where(jnp.sum(weights) > 0, jnp.tensordot(
+              weights / total, c, axes=1), p), copies, start)
+    order = self.arrival_order(state, blocks, cohort)       # [nb, K]
+    slot = order.reshape(-1)
+    block = jnp.repeat(jnp.arange(blocks), cohort)
+    sequence = jax.tree.map(lambda leaf: leaf[slot, block],
+                            (uploads, active, keys))
+    return run(start, sequence)
+
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> ServerState:
+    """FedAvg of (x_c, a_c) and the server's scan over the uploads."""
+    params = self.fedavg(state, plans, outputs)
+    params = {**params, 'server': self.train_server(state, plans, outputs)}
+    return state.replace(params=params,
+                         clients=self.next_clients(state, plans, outputs))
+
+
+class FslAn(CseFsl):
+  """FSL_AN: CSE-FSL's client side with h = 1 and per-client server copies
+  averaged every round (Han et al. 2021; the averaging is our reading,
+  spec §3.3)."""
+
+  name = 'fsl_an'
+
+  @property
+  def upload_every(self) -> int:
+    return 1
+
+  @property
+  def per_client_servers(self) -> bool:
+    return True
+
+
+def upload_program(base: program.ClientProgram, h: int, *, first: bool,
+                 recompute, template: dict) -> program.ClientProgram:
+  """`base` (which emits the output of each block's last step) uploading
+  the block's first batch and/or post-update activations instead.
+
+  Args:
+    base: a program with `emit_every = h`.
+    first: emit the output of step b·h (held in the carry until b·h + h − 1).
+    recompute: None (the training forward's output) or
+      `recompute(local, batch, ctx) -> output` after the step.
+    template: ShapeDtypeStructs of the output (the held value's zeros).
+  """
+  if not first and recompute is None:
+    return base
+
+  def init(start, plan):
+    return base.init(start, plan), jax.tree.map(
+        lambda t: jnp.zeros(t.shape, t.dtype), template)
+
+  def step(carry, batch, plan, ctx):
+    inner, held = carry
+    inner, loss, output = base.step(inner, batch, plan, ctx)
+    if recompute is not None:
+      output = recompute(base.final(inner, plan), batch, ctx)
+    if first:
+      output = jax.tree.map(lambda o, k: jnp.where(ctx.step % h == 0, o, k),
+                            output, held)
+    return (inner, output), loss, output
+
+  return dataclasses.replace(base, init=init, step=step,
+                             final=lambda carry, plan: base.final(carry[0],
+                                                                  plan))

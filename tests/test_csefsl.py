@@ -1,0 +1,353 @@
+"""CSE-FSL and its baselines (FSL_MC, FSL_OC, FSL_AN): split models, accounting, the server scan,
+equivalences between methods, backends, resume and one-line errors."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_het import algorithms, models
+from fedjax_het.algorithms import split_accounting as accounting
+from fedjax_het.checkpoint import RunCheckpoints
+from fedjax_het.config import base_config
+from fedjax_het.core import RoundRunner, batching
+from fedjax_het.data import FederatedData, augment
+from fedjax_het.options import ConfigError
+
+CLIENTS, EXAMPLES, SHAPE = 3, 20, (8, 8, 1)
+
+
+def split_data(seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(CLIENTS, EXAMPLES) + SHAPE).astype(np.float32)
+  y = rng.integers(0, 10, (CLIENTS, EXAMPLES)).astype(np.int32)
+  counts = np.array([EXAMPLES, 13, 17], np.int32)
+  return FederatedData(x=x, y=y, counts=counts).to_device()
+
+
+def split_config(algorithm='cse_fsl', **split):
+  config = base_config()
+  config.update(algorithm=algorithm, model='split_lenet5', num_clients=CLIENTS,
+                clients_per_round=CLIENTS, local_steps=5, batch_size=4,
+                client_lr=0.1)
+  config.model_options = {}
+  config.split.update(split)
+  return config
+
+
+def build(algorithm='cse_fsl', config=None, **split):
+  config = config or split_config(algorithm, **split)
+  data = split_data()
+  model = models.create_model('split_lenet5', 10)
+  params = models.init_params(model, jax.random.PRNGKey(0), SHAPE)
+  method = algorithms.create_algorithm(config.algorithm, config, model, data)
+  return method, method.init(params, jax.random.PRNGKey(1)), data
+
+
+def count(tree):
+  return sum(x.size for x in jax.tree.leaves(tree))
+
+
+# ---- split models --------------------------------------------------------------
+@pytest.mark.parametrize('name,classes,shape,options,sizes', [
+    ('split_cifar_cnn', 10, (24, 24, 3), {}, (107_328, 23_050, 960_970)),
+    ('split_cifar_cnn', 10, (24, 24, 3), {'aux': 'cnn', 'aux_channels': 54},
+     (107_328, 22_960, 960_970)),
+    ('split_cifar_cnn', 10, (24, 24, 3), {'aux': 'cnn', 'aux_channels': 27},
+     (107_328, 11_485, 960_970)),
+    ('split_cifar_cnn', 10, (24, 24, 3), {'aux': 'cnn', 'aux_channels': 14},
+     (107_328, 5_960, 960_970)),
+    ('split_cifar_cnn', 10, (24, 24, 3), {'aux': 'cnn', 'aux_channels': 7},
+     (107_328, 2_985, 960_970)),
+    ('split_emnist_cnn', 62, (28, 28, 1), {}, (18_816, 571_454, 1_187_774)),
+    ('split_emnist_cnn', 62, (28, 28, 1), {'aux': 'cnn', 'aux_channels': 2},
+     (18_816, 18_048, 1_187_774)),
+])
+def test_split_models_have_the_papers_parameter_counts(name, classes, shape,
+                                                       options, sizes):
+  model = models.create_model(name, classes, **options)
+  params = jax.eval_shape(lambda: models.init_params(
+      model, jax.random.PRNGKey(0), shape))
+  assert tuple(count(params[p]) for p in ('client', 'aux', 'server')) == sizes
+
+
+def test_inference_is_server_of_client_and_lenet_split_keeps_lenet_counts():
+  model = models.create_model('split_lenet5', 10)
+  shapes = jax.eval_shape(lambda: models.init_params(
+      model, jax.random.PRNGKey(0), (28, 28, 1)))
+  lenet = jax.eval_shape(lambda: models.init_params(
+      models.create_model('lenet5', 10), jax.random.PRNGKey(0), (28, 28, 1)))
+  assert count(shapes['client']) + count(shapes['server']) == count(lenet)
+  params = models.init_params(model, jax.random.PRNGKey(0), SHAPE)
+  x = jax.random.normal(jax.random.PRNGKey(1), (3,) + SHAPE)
+  smashed = models.split_apply(model, params, 'client', x)
+  assert smashed.shape == (3, 2, 2, 16)
+  np.testing.assert_array_equal(model.apply({'params': params}, x),
+                                models.split_apply(model, params, 'server',
+                                                   smashed))
+
+
+def test_smashed_shapes_and_dropout_keys():
+  cifar = models.create_model('split_cifar_cnn', 10)
+  params = jax.eval_shape(lambda: models.init_params(
+      cifar, jax.random.PRNGKey(0), (24, 24, 3)))
+  smashed = jax.eval_shape(lambda p: models.split_apply(
+      cifar, p, 'client', jnp.ones((2, 24, 24, 3))), params)
+  assert smashed.shape == (2, 6, 6, 64)
+  emnist = models.create_model('split_emnist_cnn', 62)
+  p = models.init_params(emnist, jax.random.PRNGKey(0), (10, 10, 1))
+  run = jax.jit(lambda key: models.split_apply(
+      emnist, p, 'client', jnp.ones((2, 10, 10, 1)), train=True, key=key))
+  plain = models.split_apply(emnist, p, 'client', jnp.ones((2, 10, 10, 1)),
+                             train=True)          # no key: no dropout
+  a, b = run(jax.random.PRNGKey(1)), run(jax.random.PRNGKey(2))
+  assert not np.array_equal(a, b)                 # per-step keys differ
+  kept = np.asarray(a) != 0
+  np.testing.assert_allclose(np.asarray(a)[kept],
+                             np.asarray(plain)[kept] / 0.75, rtol=1e-5)
+
+
+def test_local_response_norm_matches_torch_formula():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 3, 6))
+  got = models.split.local_response_norm(x, size=4, alpha=0.1, beta=0.75,
+                                         k=1.0)
+  sq = np.pad(np.asarray(x)**2, ((0, 0),) * 3 + ((2, 1),))
+  window = sum(sq[..., i:i + 6] for i in range(4))
+  np.testing.assert_allclose(got, x / (1 + 0.1 / 4 * window)**0.75,
+                             rtol=1e-5)
+
+
+def test_crop24_jitter_and_centre_crop():
+  images = jax.random.uniform(jax.random.PRNGKey(0), (5, 32, 32, 3))
+  out = augment.get_augmentation('crop24_jitter')(jax.random.PRNGKey(1),
+                                                  images)
+  assert out.shape == (5, 24, 24, 3)
+  assert float(out.min()) >= 0 and float(out.max()) <= 1
+  np.testing.assert_array_equal(augment.test_transform('crop24_jitter')(images),
+                                images[:, 4:28, 4:28])
+  assert augment.output_shape('crop24_jitter', (32, 32, 3)) == (24, 24, 3)
+  assert augment.output_shape('crop_flip', (32, 32, 3)) == (32, 32, 3)
+
+
+# ---- accounting: Table V from model sizes ------------------------------------
+CIFAR = accounting.SplitSizes(client=107_328, aux=23_050, server=960_970,
+                              smashed=2304)
+FEMNIST = accounting.SplitSizes(client=18_816, aux=571_454, server=1_187_774,
+                                smashed=9216)
+
+
+@pytest.mark.parametrize('protocol,h,gb', [
+    (accounting.FSL_MC, 1, 172.46), (accounting.FSL_OC, 1, 172.46),
+    (accounting.FSL_AN, 1, 86.80), (accounting.CSE_FSL, 1, 86.80),
+    (accounting.CSE_FSL, 5, 18.14), (accounting.CSE_FSL, 10, 9.55),
+    (accounting.CSE_FSL, 25, 4.40), (accounting.CSE_FSL, 50, 2.69)])
+def test_table_v_cifar_loads(protocol, h, gb):
+  load = accounting.table_v_load_gb(protocol, CIFAR, clients=5,
+                                    samples_per_client=10_000, batch_size=50,
+                                    epochs=200, upload_every=h)
+  assert round(load, 2) == gb
+
+
+@pytest.mark.parametrize('sizes,storage', [
+    (CIFAR, (5.34, 1.50, 5.46, 1.61)), (FEMNIST, (6.03, 1.28, 8.89, 4.14))])
+def test_table_v_storage(sizes, storage):
+  got = tuple(round(accounting.server_storage(p, sizes, 5) / 1e6, 2) for p in (
+      accounting.FSL_MC, accounting.FSL_OC, accounting.FSL_AN,
+      accounting.CSE_FSL))
+  assert got == storage
+
+
+def test_round_metrics_count_the_uploads_and_models():
+  method, state, data = build(upload_every=2)
+  _, metrics = RoundRunner(method, 'vmap').run(state, data, 2)
+  q, b = 16 * 2 * 2, 4
+  uploads = CLIENTS * (5 // 2)
+  np.testing.assert_array_equal(metrics['comm_rounds'], [uploads] * 2)
+  np.testing.assert_array_equal(metrics['smashed_bytes_up'],
+                                [uploads * b * q * 4] * 2)
+  np.testing.assert_array_equal(metrics['grad_bytes_down'], [0, 0])
+  model = (method.sizes.client + method.sizes.aux) * 4 * CLIENTS
+  np.testing.assert_array_equal(metrics['model_bytes_down'], [model] * 2)
+  storage = method.sizes.server + CLIENTS * (method.sizes.client +
+                                             method.sizes.aux)
+  np.testing.assert_array_equal(metrics['server_storage_params'],
+                                [storage, 0])  # its running total: storage
+
+
+# ---- the server scan equals the interleaved protocol ---------------------------
+def interleaved_reference(method, state, data, h):
+  """Client k's block b (h aux-loss SGD steps, upload the last batch's
+  pre-update smashed data), a server step; clients in natural order; block
+  after block; the trailing batches train the clients only; then FedAvg."""
+  plans = method.plan_round(state, data)
+  model, lr, steps = method.model, 0.1, method.config.local_steps
+  ce = optax.softmax_cross_entropy_with_integer_labels
+  bound = batching.epochs_per_batch(4, int(np.min(data.counts)))
+
+  def batch(k, s):  # slot k's minibatch s
+    client = plans.client_id[k]
+    idx = batching.batch_indices(plans.key[k], s, data.counts[client],
+                                 batch_size=4, max_examples=EXAMPLES,
+                                 max_epochs_per_batch=bound)
+    return data.x[client, idx], data.y[client, idx]
+
+  def client_step(p, x, y):
+    def loss(p):
+      s = models.split_apply(model, p, 'client', x)
+      return ce(models.split_apply(model, p, 'aux', s), y).mean(), s
+    (_, s), g = jax.value_and_grad(loss, has_aux=True)(p)
+    return jax.tree.map(lambda a, b: a - lr * b, p, g), s
+
+  def server_step(p, s, y):
+    g = jax.grad(lambda p: ce(models.split_apply(
+        model, {'server': p}, 'server', s), y).mean())(p)
+    return jax.tree.map(lambda a, b: a - lr * b, p, g)
+
+  local = [{'client': state.params['client'], 'aux': state.params['aux']}
+           for _ in range(CLIENTS)]
+  server = state.params['server']
+  for block in range(steps // h):
+    for k in range(CLIENTS):
+      for j in range(h):
+        x, y = batch(k, block * h + j)
+        local[k], smashed = client_step(local[k], x, y)
+      server = server_step(server, smashed, y)
+  for k in range(CLIENTS):
+    for s in range(steps // h * h, steps):
+      local[k], _ = client_step(local[k], *batch(k, s))
+  weights = np.asarray(data.counts[plans.client_id], np.float32)
+  weights = weights / np.sum(weights)
+  averaged = jax.tree.map(lambda *ps: sum(w * p for w, p in zip(weights, ps)),
+                          *local)
+  return {**averaged, 'server': server}
+
+
+def test_scanned_server_equals_interleaved_reference_loop():
+  method, state, data = build(upload_every=2)   # 5 steps: 2 blocks + 1 tail
+  expected = interleaved_reference(method, state, data, 2)
+  got, _ = RoundRunner(method, 'vmap').run(state, data, 1)
+  chex.assert_trees_all_close(got.params, expected, rtol=2e-5, atol=1e-6)
+
+
+def test_server_order_and_upload_flags_change_only_the_server():
+  base, state, data = build(upload_every=2)
+  natural, _ = RoundRunner(base, 'vmap').run(state, data, 1)
+  method, state, _ = build(upload_every=2, server_order='random',
+                           upload_batch='first', activations='post')
+  other, _ = RoundRunner(method, 'vmap').run(state, data, 1)
+  for part in ('client', 'aux'):
+    chex.assert_trees_all_equal(other.params[part], natural.params[part])
+  assert not np.allclose(other.params['server']['head']['kernel'],
+                         natural.params['server']['head']['kernel'])
+
+
+# ---- equivalences between methods ----------------------------------------------
+def test_fsl_mc_equals_fedavg_on_the_composed_model():
+  mc, state, data = build('fsl_mc')
+  fedavg, fedavg_state, _ = build(config=split_config('fedavg'))
+  got, _ = RoundRunner(mc, 'vmap').run(state, data, 2)
+  expected, _ = RoundRunner(fedavg, 'vmap').run(fedavg_state, data, 2)
+  chex.assert_trees_all_close(got.params, expected.params, rtol=1e-5,
+                              atol=1e-6)
+
+
+def test_cse_fsl_with_h1_and_per_client_copies_is_fsl_an():
+  cse, state, data = build(upload_every=1, server_copies='per_client')
+  an, an_state, _ = build('fsl_an', upload_every=3)  # FSL_AN forces h = 1
+  got, m1 = RoundRunner(cse, 'vmap').run(state, data, 2)
+  expected, m2 = RoundRunner(an, 'vmap').run(an_state, data, 2)
+  chex.assert_trees_all_equal(got.params, expected.params)
+  chex.assert_trees_all_equal(m1, m2)
+
+
+def test_fsl_oc_with_one_client_is_fsl_mc():
+  config = split_config('fsl_oc')
+  config.update(num_clients=CLIENTS, clients_per_round=1)
+  oc, state, data = build(config=config)
+  config = split_config('fsl_mc')
+  config.update(clients_per_round=1)
+  mc, mc_state, _ = build(config=config)
+  got, _ = RoundRunner(oc, 'vmap').run(state, data, 2)
+  expected, _ = RoundRunner(mc, 'vmap').run(mc_state, data, 2)
+  chex.assert_trees_all_close(got.params, expected.params, rtol=1e-5,
+                              atol=1e-6)
+
+
+def test_fsl_oc_clipping_bounds_the_first_server_step():
+  method, state, data = build('fsl_oc', clip_norm=1e-3)
+  got, _ = RoundRunner(method, 'vmap').run(jax.tree.map(jnp.copy, state),
+                                           data, 1)
+  moved = optax.global_norm(jax.tree.map(jnp.subtract, got.params['server'],
+                                         state.params['server']))
+  # 5 steps × 3 clients, each at most lr · clip_norm.
+  assert float(moved) <= 15 * 0.1 * 1e-3 * (1 + 1e-5)
+
+
+# ---- backends and resume -------------------------------------------------------
+@pytest.mark.parametrize('name', ['cse_fsl', 'fsl_oc'])
+def test_backends_agree(name):
+  results = []
+  for backend in ('vmap', 'map', 'sequential'):
+    method, state, data = build(name, upload_every=2, server_order='random')
+    state, metrics = RoundRunner(method, backend).run(state, data, 1)
+    results.append((state.params, metrics['train_loss']))
+  for params, loss in results[1:]:
+    chex.assert_trees_all_close(params, results[0][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss, results[0][1], rtol=1e-5)
+
+
+def test_resume_is_bit_exact(tmp_path):
+  method, state, data = build(upload_every=2, server_order='random',
+                              lr_decay=0.5, lr_decay_every=1)
+  runner = RoundRunner(method, 'vmap')
+  half, _ = runner.run(state, data, 2)
+  checkpoints = RunCheckpoints(str(tmp_path), 2)
+  checkpoints.save(2, half, {})
+  checkpoints.close()
+  straight, _ = runner.run(half, data, 2)   # the same chunks, uninterrupted
+  method, fresh, data = build(upload_every=2, server_order='random',
+                              lr_decay=0.5, lr_decay_every=1)
+  checkpoints = RunCheckpoints(str(tmp_path), 2)
+  restored, _ = checkpoints.restore(2, fresh)
+  checkpoints.close()
+  resumed, _ = RoundRunner(method, 'vmap').run(restored, data, 2)
+  assert int(resumed.round) == 4
+  chex.assert_trees_all_equal(resumed.params, straight.params)
+
+
+def test_lr_schedule():
+  method, _, _ = build(lr_decay=0.99, lr_decay_every=10)
+  np.testing.assert_allclose(
+      [method.round_lr(jnp.asarray(r)) for r in (0, 9, 10, 25)],
+      [0.1, 0.1, 0.1 * 0.99, 0.1 * 0.99**2], rtol=1e-6)
+
+
+# ---- one-line errors -----------------------------------------------------------
+@pytest.mark.parametrize('split,message', [
+    ({'upload_every': 0}, 'split.upload_every'),
+    ({'upload_every': 6}, 'split.upload_every'),
+    ({'server_order': 'reverse'}, 'split.server_order')])
+def test_bad_split_options_fail_with_one_line(split, message):
+  with pytest.raises(ConfigError, match=message) as error:
+    build(**split)
+  assert '\n' not in str(error.value)
+
+
+@pytest.mark.parametrize('options,message', [
+    ({'cut': 'fc9'}, 'model_options.cut'),
+    ({'aux': 'transformer'}, 'model_options.aux')])
+def test_bad_split_model_options_fail_with_one_line(options, message):
+  with pytest.raises(ValueError, match=message) as error:
+    models.create_model('split_lenet5', 10, **options)
+  assert '\n' not in str(error.value)
+
+
+def test_split_method_with_a_non_split_model_fails_with_one_line():
+  config = split_config()
+  config.model = 'mlp'
+  data = split_data()
+  model = models.create_model('mlp', 10, hidden=(4,))
+  with pytest.raises(ConfigError, match='config.model') as error:
+    algorithms.create_algorithm('cse_fsl', config, model, data)
+  assert '\n' not in str(error.value)
