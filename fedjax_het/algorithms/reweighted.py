@@ -6,7 +6,7 @@ coefficient c_k of rule (3) (spec fedacs.md §3.2):
 - c-a-FedAvg (communication-aware FedAvg, Perazzone et al.; Eq. (113)):
   c = (ω/π)/(1 − q_m). E[update] = −η₃ Σ ω_m Δ_m: fixes the statistical
   (link) distortion, not the structural one (Ω ∝ ω‖a‖₁). Calibrated lr
-  η₃ = η₁ Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eq. (113d)).
+  η₃ = η₁ Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eq. (113d)).
 - FedNova (Wang et al. 2020; Eq. (116)): c = (ω/π) τ_eff/‖a_m‖₁ with
   τ_eff = Σ_m γ̃_m ‖a_m‖₁, γ̃ = ω(1 − q)/Σ ω(1 − q), from the round's q and
   ‖a‖₁ of all clients, so the expected step is FedAvg's (η₅ = η₁) and
@@ -32,9 +32,10 @@ from fedjax_het.systems.heterogeneity import SystemsRound
 
 
 def communication_aware_lr_scale(omega: jax.Array, q: jax.Array,
+                                 fedavg_norm: jax.Array,
                                  a_norm: jax.Array) -> jax.Array:
-  """η₃/η₁ = Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
-  return fedavg_step_length(omega, q, a_norm) / jnp.sum(omega * a_norm)
+  """η₃/η₁ = Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
+  return fedavg_step_length(omega, q, fedavg_norm) / jnp.sum(omega * a_norm)
 
 
 class CaFedAvg(SystemsAwareAlgorithm):
@@ -48,9 +49,9 @@ class CaFedAvg(SystemsAwareAlgorithm):
                           rnd: SystemsRound) -> jax.Array:
     return super().client_coefficients(state, rnd) / (1 - rnd.failure_prob)
 
-  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
     return communication_aware_lr_scale(self.omega, rnd.failure_prob,
-                                        self.work_norms(rnd))
+                                        self.fedavg_norms(rnd), a_norm)
 
 
 class FedNova(SystemsAwareAlgorithm):
