@@ -104,6 +104,9 @@ class FederatedAlgorithm:
   option_groups = ()
   # Whether its schedule reads `rounds` (then a resume may not change it).
   schedule_depends_on_rounds = False
+  # Round metrics that are a round's value, not a count to add up: the
+  # trainer logs the last round's (summary.json: `last_round`), not a total.
+  per_round_metrics = ()
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -357,6 +360,11 @@ class FederatedAlgorithm:
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
     }
+
+  def summary_facts(self) -> dict:
+    """Facts of the run's model of the world for summary.json (default none),
+    e.g. the channel noise model a result depends on."""
+    return {}
 
   # ---- evaluation (host loop, between rounds) ----------------------------
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
