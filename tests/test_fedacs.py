@@ -452,3 +452,25 @@ def test_proximal_norms_under_calibration_are_at_the_rate_used(method):
     want = config.client_lr * fedavg / np.sum(w * a2)  # Eq. (113d)
   np.testing.assert_allclose(eta2, want, rtol=1e-5)
   assert abs(eta2 - config.client_lr) > 1e-3 and not np.allclose(a1, a2, rtol=1e-3)
+
+
+def test_fednova_tau_eff_from_the_received_updates():
+  """fednova_tau='received' (FedNova's code): τ_eff is the mean ‖a‖₁ of this round's received
+  slots; the default is Eq. (116)'s expectation over all clients."""
+  config = toy(q=tuple(0.5 for _ in range(10)))
+  data = quadratic.quadratic_data(config.optima)
+  by_form = {}
+  for form in ('expected', 'received'):
+    engine = quadratic.algorithm_config(config, 'fednova')
+    engine.fedacs.fednova_tau = form
+    algorithm = quadratic.quadratic_algorithm(engine, data)
+    state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(3))
+    plans = jax.device_get(algorithm.plan_round(state, data))
+    by_form[form] = plans
+  plans = by_form['received']
+  a = np.asarray(config.local_steps, np.float64)[plans.client_id]
+  up = plans.extras['link_up']
+  assert 0 < up.sum() < up.size
+  tau = np.sum(up * a) / up.sum()
+  np.testing.assert_allclose(plans.extras['coefficient'], tau / a, rtol=1e-5)  # ω/π = 1 (IS)
+  assert not np.allclose(by_form['expected'].extras['coefficient'], tau / a)

@@ -101,6 +101,11 @@ class FedAcsOptions(OptionGroup):
   fedvarp_form: str = option('paper', 'FedVarp: stale updates fill failed '
                              'uploads (paper, Eq. (114)) or the original '
                              'SAGA form (saga)', check=_fedvarp_form)
+  fednova_tau: str = option(
+      'expected', "FedNova's τ_eff: Σ_m γ̃_m‖a_m‖₁ over all M clients "
+      '(expected, Eq. (116) exactly) or the mean ‖a‖₁ of the updates '
+      'received this round (received, FedNova\'s code)',
+      choices=('expected', 'received'))
   fedau_cutoff: int = option(100000, 'FedAU: longest participation interval '
                              'recorded (rounds)', check=positive_int)
 
