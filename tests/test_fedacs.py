@@ -423,7 +423,10 @@ def test_paper_configs_are_valid():
     model = Heterogeneity.from_config(
         config.systems, client_counts=np.full(20, 3000),
         batch_size=config.batch_size, default_work=config.local_steps, seed=0)
-    assert model.max_steps() in (30, 39)
+    # The paper-scale tables count T in epochs (steps = T·⌈n_m/B⌉), the scaled digits in steps.
+    assert config.systems.work_unit == ('steps' if name.startswith('digits') else 'epochs')
+    per_work = -(-3000 // config.batch_size) if config.systems.work_unit == 'epochs' else 1
+    assert model.max_steps() in (30 * per_work, 39 * per_work)
 
 
 @pytest.mark.parametrize('method', ['fedacs', 'ca_fedavg', 'fedvarp'])
