@@ -242,7 +242,7 @@ def test_round_metrics_count_bytes_per_client_and_oma_latency():
     ({'partition_sizes': 'given', 'given_sizes': (3, 3)},
      'summing to the 7 hidden neurons'),
     ({'partition_sizes': 'optimized', 'max_size_ratio': 0.5},
-     'raise max_size_ratio'),
+     'raise hierarchy.max_size_ratio'),
 ])
 def test_bad_hierarchies_fail_clearly(overrides, message):
   with pytest.raises(ValueError, match=message):
