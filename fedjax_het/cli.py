@@ -255,7 +255,9 @@ def _train_command(argv: list[str]) -> int:
   workdir = workdir or default_workdir(config_path)
   module = load_experiment(config_path)
   seeds = seeds or getattr(module, 'SEEDS', 1)
-  if hasattr(module, 'get_configs') or seeds != 1:  # one config over seeds: a 1-row comparison
+  grid = getattr(module, 'GRID', None)
+  # One config over seeds or a grid: a comparison of one label.
+  if hasattr(module, 'get_configs') or seeds != 1 or grid:
     configs = (experiment_configs(module, config_path)
                if hasattr(module, 'get_configs') else
                {os.path.splitext(os.path.basename(config_path))[0]:
@@ -266,7 +268,8 @@ def _train_command(argv: list[str]) -> int:
     print(compare.run_comparison(
         configs, workdir, run.train,
         getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
-        getattr(module, 'TITLE', ''), seeds=seeds))
+        getattr(module, 'TITLE', ''), seeds=seeds, grid=grid,
+        select=getattr(module, 'SELECT', None)))
     print(f'outputs: {workdir}')
     return 0
   config = _overridden(experiment_config(module, config_path), overrides)

@@ -24,6 +24,13 @@ value, e.g. a target not always reached), followed by one row per seed; comparis
 label → {seeds, stats: key → {mean, std, count}, summaries (per seed)}, and the plot's error bars
 are ± std. A single-config file run with N > 1 seeds is a comparison of one label, its file
 name. With one seed (the default) runs go to `<workdir>/<label>` as before.
+
+Best-of grid (FIARSE §5: each method's best of lr ∈ {0.1, 0.01} × momentum ∈ {0, 0.9} over 3
+seeds): a file setting `GRID = {'client_lr': (0.1, 0.01), 'client_momentum': (0.0, 0.9)}` (dotted
+keys allowed) runs every config at every cell of the grid, in `<workdir>/<label>/<cell>` with
+`<cell>` = 'client_lr=0.1,client_momentum=0.9', and the table opens with each label's best cell:
+the highest mean over seeds of `SELECT` (default: the first accuracy column), then lists every
+cell. comparison.json adds `best`: label → its best cell's label.
 """
 import json
 import os
@@ -144,6 +151,48 @@ def stats_by_key(summaries: list[dict], columns: Sequence[Column]) -> dict[str, 
   return {key: seed_stats([lookup(s, key) for s in summaries]) for _, key in columns}
 
 
+def expand_grid(configs: dict[str, ml_collections.ConfigDict],
+                grid: dict[str, Sequence]) -> dict[str, ml_collections.ConfigDict]:
+  """label → config for every (label, cell) of the grid; cell labels 'label/k=v,k=v'.
+
+  Raises ConfigError (one line) for a grid key the configs lack or an empty value list.
+  """
+  keys = list(grid)
+  for key in keys:
+    if not grid[key]:
+      raise ConfigError(f'GRID[{key!r}] has no values.')
+  cells = [{}]
+  for key in keys:
+    cells = [{**cell, key: value} for cell in cells for value in grid[key]]
+  expanded = {}
+  for label, config in configs.items():
+    for cell in cells:
+      variant = config.copy_and_resolve_references()
+      for key, value in cell.items():
+        *parents, leaf = key.split('.')
+        node = variant
+        for part in parents:
+          node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+        if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+          raise ConfigError(f'GRID key {key!r} is not a config key.')
+        node[leaf] = value
+      expanded[label + '/' + ','.join(f'{k}={v}' for k, v in cell.items())] = variant
+  return expanded
+
+
+def best_cells(runs: dict[str, dict[int, dict]], select: str) -> dict[str, str]:
+  """For each grid label 'base/cell' of `runs`, base → the cell label with the highest mean of
+  `select` over its seeds (a cell with no value never wins unless all lack one)."""
+  best = {}
+  for label, by_seed in runs.items():
+    base = label.rsplit('/', 1)[0]
+    mean = seed_stats([lookup(s, select) for s in by_seed.values()])['mean']
+    score = -np.inf if mean is None else mean
+    if base not in best or score > best[base][1]:
+      best[base] = (label, score)
+  return {base: label for base, (label, _) in best.items()}
+
+
 def _train_seeds(configs, workdir, train, seeds) -> dict[str, dict[int, dict]]:
   """label → seed → summary; seeds config.seed … config.seed + seeds − 1, one run each."""
   runs = {}
@@ -175,10 +224,19 @@ def _plot(runs: dict[str, dict[int, dict]], columns: Sequence[Column], path: str
                         sweep_errors=sweep_errors if spread else None)
 
 
+def _tables(runs: dict[str, dict[int, dict]], columns: Sequence[Column], seeds: int) -> str:
+  """The Markdown table of `runs`: one row per label, or mean ± std and per-seed rows."""
+  if seeds == 1:
+    return markdown_table({label: next(iter(by_seed.values())) for label, by_seed in runs.items()},
+                          columns)
+  return seeds_table(runs, columns)
+
+
 def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
                    train: Callable[[ml_collections.ConfigDict, str], dict],
                    columns: Sequence[Column] = DEFAULT_COLUMNS,
-                   title: str = '', seeds: int = 1) -> str:
+                   title: str = '', seeds: int = 1, grid: dict | None = None,
+                   select: str | None = None) -> str:
   """Trains every config (resuming finished or partial runs) → the table.
 
   Args:
@@ -190,6 +248,9 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
     title: heading of the table and plot.
     seeds: runs per config, with seeds config.seed, config.seed + 1, …; above 1 the table
       shows mean ± std (ddof = 1) per column and the per-seed rows.
+    grid: key → values; every config runs at every cell (`expand_grid`) and the table opens
+      with each label's best cell by the mean of `select` (default: the first accuracy
+      column).
 
   Returns:
     The Markdown table (with its heading), also written to comparison.md.
@@ -199,19 +260,28 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
   if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
     raise ConfigError(f'the number of seeds must be a positive integer, got {seeds!r}.')
   os.makedirs(workdir, exist_ok=True)
+  if grid:
+    configs = expand_grid(configs, grid)
   runs = _train_seeds(configs, workdir, train, seeds)
   if seeds == 1:
     results = {label: by_seed[configs[label].seed] for label, by_seed in runs.items()}
-    table = markdown_table(results, columns)
   else:
     title = (f'{title}, ' if title else '') + f'mean ± std over {seeds} seeds'
     results = {label: {'seeds': list(by_seed),
                        'stats': stats_by_key(list(by_seed.values()), columns),
                        'summaries': list(by_seed.values())}
                for label, by_seed in runs.items()}
-    table = (seeds_table(runs, columns) +
-             '\n\nmean ± std: the sample standard deviation (ddof = 1) over the seeds; [k/N]: '
-             'only k of the N seeds have a value.')
+  table = _tables(runs, columns, seeds)
+  if seeds > 1:
+    table += ('\n\nmean ± std: the sample standard deviation (ddof = 1) over the seeds; [k/N]: '
+              'only k of the N seeds have a value.')
+  if grid:
+    select = select or next(k for _, k in columns if _is_accuracy(k))
+    best = best_cells(runs, select)
+    table = (f'Best cell of the grid per method (highest mean {select}):\n\n' +
+             _tables({label: runs[label] for label in best.values()}, columns, seeds) +
+             '\n\nEvery cell:\n\n' + table)
+    results = {'best': best, 'cells': results}
   text = (f'## {title}\n\n' if title else '') + table + '\n'
   with open(os.path.join(workdir, 'comparison.md'), 'w') as f:
     f.write(text)

@@ -44,7 +44,7 @@ class CoreOptions(OptionGroup):
   data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default)')
   dataset_options: dict = option({}, 'options of the dataset source, e.g. {\'noise\': 3.0} for synthetic')
   num_clients: int = option(100, 'M, the clients of the federation', check=positive_int)
-  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | one_class | quantity_skew')
+  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew')
   alpha: float = option(0.5, 'Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew)', check=positive)
   shards_per_client: int = option(2, 'label shards per client (partition=shards)', check=positive_int)
   min_client_size: int = option(2, 'least examples per client (dirichlet, quantity_skew)', check=positive_int)

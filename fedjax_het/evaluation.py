@@ -57,6 +57,15 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
   return lambda params: evaluate_batches(params, xs, ys, valid)
 
 
+def concatenated_shards(data) -> tuple[np.ndarray, np.ndarray]:
+  """(x [n, ...], y [n]): the clients' rows of `FederatedData` one client after
+  another, in client order (FIARSE's code's global test set)."""
+  counts = np.asarray(data.counts)
+  x, y = np.asarray(data.x), np.asarray(data.y)
+  return (np.concatenate([x[c, :n] for c, n in enumerate(counts)]),
+          np.concatenate([y[c, :n] for c, n in enumerate(counts)]))
+
+
 def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
                           batch_size: int) -> Callable[..., dict]:
   """Per-client evaluation on local test shards, each with its own model.

@@ -136,19 +136,24 @@ def new_host_counters() -> dict:
   return {'totals': {}, 'wall_time': 0.0, 'loss_sum': 0.0, 'loss_rounds': 0}
 
 
-def accumulate(host: dict, metrics: dict, seconds: float) -> None:
+def accumulate(host: dict, metrics: dict, seconds: float,
+               per_round: tuple[str, ...] = ()) -> None:
   """Adds a chunk's per-round metrics (leading round axis) to the totals.
 
-  The train loss is averaged between logged rows; every other round metric
-  (bytes, examples, an algorithm's own counters such as simulated latency) is
-  a running total since round 0.
+  The train loss is averaged between logged rows; the metrics named in
+  `per_round` (the algorithm's `per_round_metrics`: values of a round, e.g.
+  HIST's d_max or AirComp MSE, not counters) are logged as the last round's
+  value; every other round metric (bytes, examples, an algorithm's own
+  counters such as simulated latency) is a running total since round 0.
 
   `seconds` is the wall time since the previous call (the first call of a
   session: since the session started), so `host['wall_time']` is the whole
   run's: loading, compiling, training, evaluating and checkpointing.
   """
   for key, values in metrics.items():
-    if key != 'train_loss':
+    if key in per_round:
+      host['totals'][key] = float(np.asarray(values).reshape(-1)[-1])
+    elif key != 'train_loss':
       host['totals'][key] = host['totals'].get(key, 0.0) + float(
           np.sum(values))
   host['wall_time'] += seconds
@@ -385,7 +390,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
         chunk_seconds.append(seconds / n)
         compiled_rounds = n
         clock, elapsed = time.perf_counter(), time.perf_counter() - clock
-        accumulate(host, metrics, elapsed)
+        accumulate(host, metrics, elapsed, algorithm.per_round_metrics)
         bar.update(n)
         if round_index % config.eval_every == 0 or round_index == config.rounds:
           bar.set_postfix_str('evaluating…')
@@ -411,6 +416,10 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
 
   host['wall_time'] += time.perf_counter() - clock
   summary = _summary(config, log.rows, host, num_params, chunk_seconds)
+  summary.update(algorithm.summary_facts())
+  summary['last_round'] = {k: summary['totals'].pop(k)
+                           for k in algorithm.per_round_metrics
+                           if k in summary['totals']}
   workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
                          json.dumps(summary, indent=2))
   return summary

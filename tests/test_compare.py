@@ -133,3 +133,40 @@ def test_seed_stats_and_cells():
   assert compare.format_stats('final_test_accuracy', stats, 3) == '60.00 ± 14.14 [2/3]'
   assert compare.format_stats('rounds', compare.seed_stats([7]), 1) == '7'
   assert compare.format_stats('to_target/round', compare.seed_stats([None, None]), 2) == '–'
+
+
+def test_grid_runs_every_cell_and_reports_each_methods_best_by_seed_mean(tmp_path):
+  """FIARSE's best of lr × momentum over seeds: every (method, cell, seed) runs once and the best
+  cell is the one with the highest *mean* over seeds, not the best single run."""
+  from fedjax_het.config import base_config
+  configs = {m: base_config() for m in ('a', 'b')}
+  for m, c in configs.items():
+    c.algorithm = m
+  # accuracy(method, lr, momentum, seed): for 'a' lr=0.1,m=0 has the best single run (seed 0)
+  # but lr=0.01,m=0.9 the best mean.
+  table = {('a', 0.1, 0.0): (0.95, 0.05), ('a', 0.1, 0.9): (0.5, 0.5),
+           ('a', 0.01, 0.0): (0.4, 0.4), ('a', 0.01, 0.9): (0.7, 0.7),
+           ('b', 0.1, 0.0): (0.6, 0.6), ('b', 0.1, 0.9): (0.2, 0.2),
+           ('b', 0.01, 0.0): (0.1, 0.1), ('b', 0.01, 0.9): (0.3, 0.3)}
+  trained = []
+
+  def train(config, workdir):
+    trained.append((workdir, config.seed))
+    acc = table[config.algorithm, config.client_lr, config.client_momentum][config.seed]
+    return {'final_test_accuracy': acc}
+
+  grid = {'client_lr': (0.1, 0.01), 'client_momentum': (0.0, 0.9)}
+  text = compare.run_comparison(configs, str(tmp_path), train, seeds=2, grid=grid)
+  assert len(trained) == 2 * 4 * 2 and len(set(trained)) == len(trained)
+  assert os.path.join(str(tmp_path), 'a', 'client_lr=0.01,client_momentum=0.9', 'seed1') in {
+      w for w, _ in trained}
+  best = read_json(tmp_path / 'comparison.json')['best']
+  assert best == {'a': 'a/client_lr=0.01,client_momentum=0.9',
+                  'b': 'b/client_lr=0.1,client_momentum=0.0'}
+  head = text.split('Every cell')[0]
+  assert '| a/client_lr=0.01,client_momentum=0.9 | 70.00' in head
+  assert 'a/client_lr=0.1,client_momentum=0.0 |' not in head
+  with pytest.raises(compare.ConfigError, match="GRID key 'client_lrr'"):
+    compare.expand_grid(configs, {'client_lrr': (0.1,)})
+  dotted = compare.expand_grid({'x': base_config()}, {'submodel.partial_average': ('mask',)})
+  assert dotted['x/submodel.partial_average=mask'].submodel.partial_average == 'mask'

@@ -23,6 +23,7 @@ METHOD_KWARGS = {
     'balanced_dirichlet': {'alpha': 0.5},
     'shards': {'shards_per_client': 2},
     'one_class': {},
+    'class_blocks': {},
     'quantity_skew': {'alpha': 0.5},
 }
 EXACT_COVER = ('iid', 'dirichlet', 'shards', 'quantity_skew')
@@ -54,7 +55,7 @@ def test_partition_uses_each_index_at_most_once(method, n, num_classes, clients,
   assert flat.size == np.unique(flat).size and flat.min() >= 0 and flat.max() < n
   if method in EXACT_COVER:
     np.testing.assert_array_equal(np.sort(flat), np.arange(n))
-  if method == 'one_class' and clients >= len(np.unique(labels)):
+  if method in ('one_class', 'class_blocks') and clients >= len(np.unique(labels)):
     np.testing.assert_array_equal(np.sort(flat), np.arange(n))
 
 
@@ -152,6 +153,22 @@ def test_one_class_per_client(clients):
   for c in range(10):
     sizes = [p.size for m, p in enumerate(parts) if m % 10 == c]
     assert sum(sizes) == np.sum(labels == c) and max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize('clients', [10, 20, 30])
+def test_class_blocks_halves_hold_disjoint_classes(clients):
+  """Client m → class ⌊m·10/M⌋ (⌊m/2⌋ for M = 20): the two equal contiguous halves (the dynamic
+  systems model's groups) hold disjoint class sets, together all ten."""
+  labels = random_labels(2000, 10, 0)
+  parts = fd.class_blocks(labels, clients, seed=0)
+  for m, p in enumerate(parts):
+    np.testing.assert_array_equal(np.unique(labels[p]), [m * 10 // clients])
+  halves = [set(np.unique(labels[np.concatenate(parts[h])]).tolist())
+            for h in (slice(0, clients // 2), slice(clients // 2, None))]
+  assert not halves[0] & halves[1] and halves[0] | halves[1] == set(range(10))
+  cyclic = [set(np.unique(labels[np.concatenate(fd.one_class_per_client(labels, clients, 0)[h])])
+                .tolist()) for h in (slice(0, clients // 2), slice(clients // 2, None))]
+  assert bool(cyclic[0] & cyclic[1]) == (clients > 10)  # m mod 10: both halves share classes
 
 
 @FAST
@@ -264,7 +281,7 @@ def test_build_federated_train(digits):
 
 @pytest.mark.parametrize('method, kwargs', [
     ('iid', {}), ('dirichlet', {'alpha': 0.5}), ('balanced_dirichlet', {'alpha': 0.3}),
-    ('shards', {'shards_per_client': 2}), ('one_class', {}), ('quantity_skew', {'alpha': 2.0}),
+    ('shards', {'shards_per_client': 2}), ('one_class', {}), ('class_blocks', {}), ('quantity_skew', {'alpha': 2.0}),
 ])
 def test_build_federated_local_test_follows_train(digits, method, kwargs):
   split = fd.build_federated(digits, num_clients=10, partition=method, seed=0, local_test=True,
@@ -275,7 +292,7 @@ def test_build_federated_local_test_follows_train(digits, method, kwargs):
   assert flat <= len(digits.y_test) and test.sum() == flat
   if method == 'balanced_dirichlet':
     assert set(split.local_test.counts.tolist()) == {len(digits.y_test) // 10}
-  if method in ('dirichlet', 'shards', 'one_class'):
+  if method in ('dirichlet', 'shards', 'one_class', 'class_blocks'):
     assert np.all(test[train == 0] == 0)  # Test classes are among the client's train classes.
   if method != 'iid':
     train_dist = train / train.sum(1, keepdims=True)

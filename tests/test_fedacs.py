@@ -423,4 +423,57 @@ def test_paper_configs_are_valid():
     model = Heterogeneity.from_config(
         config.systems, client_counts=np.full(20, 3000),
         batch_size=config.batch_size, default_work=config.local_steps, seed=0)
-    assert model.max_steps() in (30, 39)
+    # The paper-scale tables count T in epochs (steps = T·⌈n_m/B⌉), the scaled digits in steps.
+    assert config.systems.work_unit == ('steps' if name.startswith('digits') else 'epochs')
+    per_work = -(-3000 // config.batch_size) if config.systems.work_unit == 'epochs' else 1
+    assert model.max_steps() in (30 * per_work, 39 * per_work)
+
+
+@pytest.mark.parametrize('method', ['fedacs', 'ca_fedavg', 'fedvarp'])
+def test_proximal_norms_under_calibration_are_at_the_rate_used(method):
+  """With FedProx's solver ‖a‖₁ depends on η: the calibrated rate η₂ and the method's ‖a‖₁
+  (its p, coefficients) are the fixed point where ‖a‖₁ is the explicit sum Σ_t (1 − η₂μ)^{S−t}
+  at η₂, while FedAvg's reference is at η₁."""
+  mu = 2.0
+  config = toy(client_lr=0.05, calibrate=True, prox_mu=mu)
+  _, q, t, w = toy_arrays(config)
+  data = quadratic.quadratic_data(config.optima)
+  algorithm = quadratic.quadratic_algorithm(quadratic.algorithm_config(config, method), data)
+  state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
+  rnd = algorithm.round_systems(state)
+  eta2 = float(algorithm.client_lr(rnd))
+  explicit = lambda eta: np.array([sum((1 - eta * mu)**(s - k) for k in range(1, s + 1))
+                                   for s in t.astype(int)])
+  np.testing.assert_allclose(algorithm.work_norms(rnd), explicit(eta2), rtol=1e-5)
+  a1, a2 = explicit(config.client_lr), explicit(eta2)
+  fedavg = np.sum(w * (1 - q) * a1)  # Eq. (111) at η₁
+  if method == 'fedacs':
+    want = config.client_lr * fedavg * np.sum(w / ((1 - q) * a2))  # Eq. (112)
+    np.testing.assert_allclose(algorithm.sampling_probs(rnd),
+                               w / ((1 - q) * a2) / np.sum(w / ((1 - q) * a2)), rtol=1e-5)
+  else:
+    want = config.client_lr * fedavg / np.sum(w * a2)  # Eq. (113d)
+  np.testing.assert_allclose(eta2, want, rtol=1e-5)
+  assert abs(eta2 - config.client_lr) > 1e-3 and not np.allclose(a1, a2, rtol=1e-3)
+
+
+def test_fednova_tau_eff_from_the_received_updates():
+  """fednova_tau='received' (FedNova's code): τ_eff is the mean ‖a‖₁ of this round's received
+  slots; the default is Eq. (116)'s expectation over all clients."""
+  config = toy(q=tuple(0.5 for _ in range(10)))
+  data = quadratic.quadratic_data(config.optima)
+  by_form = {}
+  for form in ('expected', 'received'):
+    engine = quadratic.algorithm_config(config, 'fednova')
+    engine.fedacs.fednova_tau = form
+    algorithm = quadratic.quadratic_algorithm(engine, data)
+    state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(3))
+    plans = jax.device_get(algorithm.plan_round(state, data))
+    by_form[form] = plans
+  plans = by_form['received']
+  a = np.asarray(config.local_steps, np.float64)[plans.client_id]
+  up = plans.extras['link_up']
+  assert 0 < up.sum() < up.size
+  tau = np.sum(up * a) / up.sum()
+  np.testing.assert_allclose(plans.extras['coefficient'], tau / a, rtol=1e-5)  # ω/π = 1 (IS)
+  assert not np.allclose(by_form['expected'].extras['coefficient'], tau / a)

@@ -102,10 +102,12 @@ def test_fiarse_submodel_only_shrinks_within_a_round():
     assert kept == max(1, int(LEVELS[level] * d))
 
 
-def test_fiarse_client_step_is_tcb_gd():
-  """One local step moves kept entries by −η·g·(1 + 2|w|θ/(|w|+θ)²)."""
-  algorithm, state, plans, outputs, _ = run_one_round('fiarse', local_steps=1,
-                                                      batch_size=9)
+@pytest.mark.parametrize('tcb_bias', [True, False])
+def test_fiarse_client_step_is_tcb_gd(tcb_bias):
+  """One local step moves kept entries by −η·g·(1 + 2|w|θ/(|w|+θ)²) (Eq. (3)), or
+  with tcb_bias=False by the plain masked gradient −η·g·1{|w| ≥ θ} (the official code)."""
+  algorithm, state, plans, outputs, _ = run_one_round(
+      'fiarse', local_steps=1, batch_size=9, submodel={'tcb_bias': tcb_bias})
   slot = 0
   plan = jax.tree.map(lambda x: x[slot], plans)
   client = int(plan.client_id)
@@ -128,7 +130,8 @@ def test_fiarse_client_step_is_tcb_gd():
   expected = jax.tree.map(
       lambda w, gw, t: jnp.where(
           jnp.abs(w) >= t,
-          0.1 * gw * (1 + 2 * jnp.abs(w) * t / (jnp.abs(w) + t)**2), 0),
+          0.1 * gw * (1 + tcb_bias * 2 * jnp.abs(w) * t / (jnp.abs(w) + t)**2),
+          0),
       state.params, g, theta)
   delta = jax.tree.map(lambda d: d[slot], outputs.delta)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
@@ -165,6 +168,72 @@ def test_fedrolex_window_rolls_one_channel_per_round_heterofl_stays():
     np.testing.assert_array_equal(masks[0], np.arange(12) < 6)
     np.testing.assert_array_equal(masks[1], np.roll(masks[0], -1) if moves
                                   else masks[0])
+
+
+@pytest.mark.parametrize('update_mask, shrinks', [('round_start', False),
+                                                  ('current', True)])
+def test_with_momentum_the_submodel_shrinks_only_under_the_current_mask(
+    update_mask, shrinks):
+  """Momentum 0.9 moves entries after they fall below θ (the round-start mask
+  alone lets them drift and re-enter); 'current' freezes them where they fell."""
+  algorithm, state, data = make('fiarse', local_steps=8, client_lr=1.0,
+                                client_momentum=0.9,
+                                submodel={'update_mask': update_mask})
+  plans = jax.jit(algorithm.plan_round)(state, data)
+  plan = jax.tree.map(lambda x: x[0], plans)
+  theta = plan.extras['theta']
+  update = jax.jit(algorithm.client_update)
+  deltas = [update(state.params, plan.replace(num_steps=jnp.asarray(s)), data).delta
+            for s in range(9)]
+  fell = drifted = reentered = 0
+  for prev, out in zip(deltas, deltas[1:]):
+    for p0, d, dp, m, t in zip(*(jax.tree.leaves(x) for x in (
+        state.params, out, prev, plan.mask, theta))):
+      before = np.asarray(p0 - dp)
+      after = np.asarray(p0 - d)
+      out_before = np.asarray(m) & (np.abs(before) < np.asarray(t))
+      fell += int(np.sum(out_before))
+      drifted += int(np.sum(out_before & (after != before)))
+      reentered += int(np.sum(out_before & (np.abs(after) >= np.asarray(t))))
+  assert fell > 0
+  if shrinks:
+    assert drifted == 0 and reentered == 0
+  else:
+    assert drifted > 0
+
+
+def test_update_mask_current_is_fiarse_only():
+  with pytest.raises(ValueError, match="submodel.update_mask='current'"):
+    make('heterofl', submodel={'update_mask': 'current'})
+  with pytest.raises(ValueError, match='submodel.update_mask must be one of'):
+    make('fiarse', submodel={'update_mask': 'now'})
+
+
+def test_global_test_client_shards_is_the_shards_in_client_order():
+  """FIARSE's code: the global set is the local test shards one client after another, so
+  with batch-statistics norms the accuracy depends on that order."""
+  from fedjax_het import data as data_lib
+  split = data_lib.build_federated(data_lib.load_dataset('digits', seed=0), num_clients=10,
+                                   partition='one_class', seed=0, local_test=True)
+  x, y = evaluation.concatenated_shards(split.local_test)
+  counts = np.asarray(split.local_test.counts)
+  assert x.shape[0] == y.size == counts.sum()
+  np.testing.assert_array_equal(y, np.repeat(np.arange(10), counts))  # client c: class c
+  np.testing.assert_array_equal(x[counts[0]:counts[0] + 2], np.asarray(split.local_test.x)[1, :2])
+  config = tiny_config(algorithm='fiarse', capacities=(0.5, 1.0), local_test=True,
+                       eval_batch_size=20)
+  config.submodel.global_test = 'client_shards'
+  model = models.create_model('mlp', 10, hidden=(8,))
+  params = models.init_params(model, jax.random.PRNGKey(0), (64,))
+  config.num_clients = 10
+  algorithm = algorithms.create_algorithm('fiarse', config, model, split.train)
+  got = algorithm.evaluator(split)(params)
+  want = evaluation.make_evaluator(lambda p, b: model.apply({'params': p}, b), x, y, 20)(
+      algorithm._eval_params(params, 1.0))
+  np.testing.assert_allclose(got['accuracy@1'], want['accuracy'], rtol=1e-6)
+  config.local_test = False
+  with pytest.raises(ValueError, match="global_test='client_shards' needs local_test"):
+    algorithms.create_algorithm('fiarse', config, model, split.train)
 
 
 def test_pruning_greedy_keeps_the_mask_and_plain_gradient():

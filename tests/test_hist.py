@@ -57,8 +57,11 @@ def test_hist_with_one_cell_equals_hfedavg_and_fedavg():
   for key in ('bytes_up', 'mb_per_client', 'latency_s', 'train_loss'):
     np.testing.assert_allclose(hist_metrics[key], hfedavg_metrics[key],
                                rtol=1e-6)
-  # One cell and one edge round: plain FedAvg over all clients.
-  fedavg = FedAvg(algorithm.config, algorithm.model, tiny_data())
+  # One cell and one edge round: plain FedAvg over all clients (with HIST's
+  # default 1/n_j edge weights: uniform client weights).
+  config = algorithm.config.copy_and_resolve_references()
+  config.aggregation_weights = 'uniform'
+  fedavg = FedAvg(config, algorithm.model, tiny_data())
   fedavg_state, _ = run(fedavg, fedavg.init(first.params, first.key),
                         tiny_data())
   chex.assert_trees_all_close(hfedavg.params, fedavg_state.params, atol=2e-6)
@@ -239,7 +242,7 @@ def test_round_metrics_count_bytes_per_client_and_oma_latency():
     ({'partition_sizes': 'given', 'given_sizes': (3, 3)},
      'summing to the 7 hidden neurons'),
     ({'partition_sizes': 'optimized', 'max_size_ratio': 0.5},
-     'raise max_size_ratio'),
+     'raise hierarchy.max_size_ratio'),
 ])
 def test_bad_hierarchies_fail_clearly(overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -269,6 +272,45 @@ def test_trainer_reports_mb_and_latency_to_target_and_rejects_bad_input(
   assert code == 2
   assert 'clients_per_round (4) must equal num_clients (8)' in (
       capsys.readouterr().err)
+
+
+def test_edge_weights_default_to_one_per_client_and_examples_is_an_option():
+  data = tiny_data()
+  for weights, want in (('uniform', np.ones(6)), ('examples', np.asarray(data.counts))):
+    algorithm, state, _ = hierarchical('hfedavg', edge_weights=weights)
+    plans = jax.device_get(algorithm.plan_round(state, data))
+    np.testing.assert_array_equal(plans.weight, want)
+  assert hierarchical('hist')[0].hierarchy.edge_weights == 'uniform'
+
+
+def test_per_round_metrics_are_the_rounds_values_not_running_sums(tmp_path):
+  """partition_dmax, aircomp_mse and beamformer_gain are logged as the round's value; bytes
+  stay running totals; summary.json names the AirComp noise model."""
+  host = trainer.new_host_counters()
+  per_round = ALGORITHMS['hist'].per_round_metrics
+  assert {'partition_dmax', 'aircomp_mse', 'beamformer_gain'} <= set(per_round)
+  for chunk in ([5.0, 7.0], [6.0]):
+    trainer.accumulate(host, {'train_loss': np.ones(len(chunk)), 'partition_dmax':
+                              np.asarray(chunk), 'bytes_up': np.asarray(chunk)}, 0.0, per_round)
+  assert host['totals'] == {'partition_dmax': 6.0, 'bytes_up': 18.0}
+  config = tiny_config(algorithm='hist', clients_per_round=6, local_steps=2, rounds=3,
+                       eval_every=1, checkpoint_every=3, progress=False, dataset='digits',
+                       num_clients=6, partition='iid')
+  config.hierarchy.update(num_cells=2, edge_rounds=2, edge_channel='aircomp',
+                          beamformer_sca_steps=3, beamformer_inner_steps=20)
+  summary = trainer.train(config, str(tmp_path / 'run'))
+  rows = trainer.read_metrics(str(tmp_path / 'run' / 'metrics.jsonl'))
+  params = summary['num_params']
+  dmax = [r['partition_dmax'] for r in rows]
+  assert len(rows) == 3 and all(0 < d < params for d in dmax)  # a half model, never a sum
+  assert abs(dmax[2] - dmax[0]) < params / 2
+  mse = [r['aircomp_mse'] for r in rows]
+  assert max(mse) < 3 * min(mse)  # would grow ~ linearly if summed
+  assert rows[2]['bytes_up'] == pytest.approx(3 * rows[0]['bytes_up'])  # a running total
+  assert summary['last_round']['partition_dmax'] == dmax[-1]
+  assert 'partition_dmax' not in summary['totals']
+  assert summary['edge_channel'] == 'aircomp'
+  assert summary['aircomp_noise'].startswith('real Gaussian, variance MSE')
 
 
 def test_every_hist_experiment_config_is_valid_and_builds():

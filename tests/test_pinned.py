@@ -38,7 +38,9 @@ def _config(name):
     config.algorithm = 'hist'
     config.clients_per_round = 6
     config.local_steps = 2
-    config.hierarchy.update(num_cells=2, cell_sizes=(2, 4), edge_rounds=2)
+    # Pinned before hierarchy.edge_weights defaulted to the paper's 1/n_j.
+    config.hierarchy.update(num_cells=2, cell_sizes=(2, 4), edge_rounds=2,
+                            edge_weights='examples')
   if name == 'hist_aircomp':
     config.hierarchy.update(edge_channel='aircomp', beamformer_sca_steps=3,
                             beamformer_inner_steps=20)

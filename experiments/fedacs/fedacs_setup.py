@@ -3,7 +3,16 @@
 Every table runs the seven methods (`family_configs`) on M = 20 clients with
 K = 6 draws with replacement per round for R = 200 rounds, ω ∝ examples held,
 evaluation every round and the rounds-to-threshold cost of `target_accuracy`.
-What varies is the dataset's setting (`DATASETS`) and the systems model:
+One class per client is the 'class_blocks' layout (client m → class ⌊m/2⌋):
+the weak half (clients 0–9) and the strong half (10–19) of the dynamic
+systems hold disjoint classes, so FedAvg's surrogate Ω_m ∝ ω_m(1 − q_m)‖a_m‖₁
+(Eq. (6)) under-weights five whole classes, the inconsistency FedACS
+corrects. (Client m → class m mod 10, 'one_class', gives each half all ten
+classes and hides it.) The paper-scale configs count local work T in epochs
+(App. I.3.1: steps = T·⌈n_m/B⌉, `systems.work_unit`); the scaled digits
+configs in steps (T epochs of ~72 examples in batches of 16 would be 5× the
+compute). What varies is the dataset's setting (`DATASETS`) and the systems
+model:
 
 * 'dynamic' (Table 1, 5): `config.systems` defaults, clients 0–9 redraw
   T ~ U{1..10} and q ~ U(0.4, 0.5) every round, clients 10–19 T ~ U{20..30}
@@ -43,16 +52,18 @@ def family_configs(config: ml_collections.ConfigDict,
 DATASETS = {
     # Scaled offline stand-in: 8×8 digits, one class per client, an MLP
     # 64-200-10 (a CNN on 8×8 digits is ~25× slower here and learns no better).
-    'digits': dict(dataset='digits', partition='one_class', model='mlp',
+    'digits': dict(dataset='digits', partition='class_blocks', model='mlp',
                    model_options={'hidden': (200,)}, batch_size=16,
                    client_lr=0.05, target_accuracy=0.7, checkpoint_every=200),
-    'mnist': dict(dataset='mnist', partition='one_class', model='lenet5',
+    'mnist': dict(dataset='mnist', partition='class_blocks', model='lenet5',
                   model_options={}, batch_size=512, client_lr=0.02,
-                  target_accuracy=0.7, checkpoint_every=50),
+                  target_accuracy=0.7, checkpoint_every=50,
+                  work_unit='epochs'),
     # Per-channel standardised images, labels split by Dirichlet α = 0.1.
     'cifar10': dict(dataset='cifar10', partition='dirichlet', alpha=0.1,
                     model='lenet5', model_options={}, batch_size=1024,
-                    client_lr=0.03, target_accuracy=0.4, checkpoint_every=50),
+                    client_lr=0.03, target_accuracy=0.4, checkpoint_every=50,
+                    work_unit='epochs'),
 }
 
 STATIC_SYSTEMS = dict(model='static', local_work=tuple(range(1, 40, 2)),
@@ -68,6 +79,7 @@ def shared_config(dataset: str, systems: str, **overrides):
                      eval_every=1, rounds_per_call=1))
   setting = dict(DATASETS[dataset])
   config.model_options = setting.pop('model_options')  # replaced, not merged
+  config.systems.work_unit = setting.pop('work_unit', 'steps')
   config.update(setting)
   if dataset == 'cifar10':
     config.dataset_options.normalize = True

@@ -11,10 +11,11 @@ Paper:     Table 1: rounds to 70% test accuracy (total computation time) FedACS 
            FedAU never; FedACS +7.5–36% accuracy (Fig. 6). Not run here (no MNIST offline); on a GPU
            about a minute per method.
 
-Setting (spec fedacs.md §4): M = 20 clients, each holding one class (2 per class), K = 6 draws with
-replacement, R = 200, dynamic systems (defaults of config.systems: half the clients T ~ U{1..10},
-q ~ U(0.4, 0.5), the other half T ~ U{20..30}, q ~ U(0, 0.1), redrawn every round), T in minibatch SGD
-steps, η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examples. Model: LeNet-5, the
+Setting (paper App. I.3): M = 20 clients, client m holding class ⌊m/2⌋ (the weak half classes
+0–4, the strong half 5–9), K = 6 draws with replacement, R = 200, dynamic systems (defaults of
+config.systems: half the clients T ~ U{1..10}, q ~ U(0.4, 0.5), the other half T ~ U{20..30},
+q ~ U(0, 0.1), redrawn every round), T in local epochs as App. I.3.1 states (T·⌈n_m/B⌉ steps),
+η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examples. Model: LeNet-5, the
 closest registered model to the paper's PyTorch-MNIST CNN (Table 3; spec §4.3), which
 fedjax_het.models does not provide.
 """

@@ -2,7 +2,8 @@
 
 Command (GPU): fedjax-het --config experiments/fiarse/ablation.py --workdir runs/fiarse_t6
   Table 7: add --config.capacities='(0.04, 0.16, 0.36, 0.64, 1.0)'.
-  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
+  3 seeds × lr {0.1, 0.01} × momentum {0, 0.9} as in the paper (SEEDS, GRID below): mean ± std
+  over seeds, each method at its best cell; --seeds 1 for one run per cell.
 
 Paper, Table 6 (Local per size 1/64, 1/16, 1/4, 1 → avg | Global → avg):
   FIARSE             39.12 43.24 43.72 40.96 → 41.76 | 35.04 39.53 41.22 38.71 → 38.63
@@ -11,10 +12,11 @@ Paper, Table 6 (Local per size 1/64, 1/16, 1/4, 1 → avg | Global → avg):
 Table 7 (0.04 … 1 → avg): FIARSE 45.94 | 42.61, Pruning-greedy 42.75 | 39.70,
   FIARSE (layerwise) 40.95 | 38.49 (Local | Global averages).
 """
-from fiarse_setup import FOUR_SIZES, PAPER_SEEDS, columns, paper_config
+from fiarse_setup import FOUR_SIZES, PAPER_GRID, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE ablations (Tables 6-7, CIFAR-100)'
-SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/<grid cell>/seed<s>
+GRID = PAPER_GRID  # each method's best of lr × momentum (first column, seed mean) opens the table
 COLUMNS = columns(FOUR_SIZES)
 
 

@@ -3,7 +3,8 @@
 Command (GPU, CIFAR-10 prepared in TFDS's data_dir):
   fedjax-het --config experiments/fiarse/table1.py --workdir runs/fiarse_t1_c10
   CIFAR-100: add --config.dataset=cifar100 (and another --workdir).
-  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
+  3 seeds × lr {0.1, 0.01} × momentum {0, 0.9} as in the paper (SEEDS, GRID below): mean ± std
+  over seeds, each method at its best cell; --seeds 1 for one run per cell.
 Prepare data once: python -c "import tensorflow_datasets as tfds; tfds.builder('cifar10').download_and_prepare()"
   or extract cifar-10-python.tar.gz into DIR and add --config.data_dir=DIR (no TFDS needed).
 
@@ -18,10 +19,11 @@ Paper (test accuracy %, Local | Model(1/64, 1/16, 1/4, 1) | Global):
              FIARSE   41.76 | 39.12 43.24 43.72 40.96 | 38.63
 Protocol and deviations: fiarse_setup.py.
 """
-from fiarse_setup import FOUR_SIZES, PAPER_SEEDS, columns, paper_config
+from fiarse_setup import FOUR_SIZES, PAPER_GRID, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE Table 1 (4 sizes, 10% participation)'
-SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/<grid cell>/seed<s>
+GRID = PAPER_GRID  # each method's best of lr × momentum (first column, seed mean) opens the table
 COLUMNS = columns(FOUR_SIZES)
 
 

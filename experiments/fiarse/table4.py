@@ -2,7 +2,8 @@
 
 Command (GPU): fedjax-het --config experiments/fiarse/table4.py --workdir runs/fiarse_t4_c10
   CIFAR-100: add --config.dataset=cifar100.
-  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
+  3 seeds × lr {0.1, 0.01} × momentum {0, 0.9} as in the paper (SEEDS, GRID below): mean ± std
+  over seeds, each method at its best cell; --seeds 1 for one run per cell.
 
 Paper (Local | Model(1/64, 1/16, 1/4, 1) | Global):
   CIFAR-10   HeteroFL 69.93 | 61.40 69.02 72.36 76.76 | 67.92
@@ -14,10 +15,11 @@ Paper (Local | Model(1/64, 1/16, 1/4, 1) | Global):
              ScaleFL  39.57 | 37.92 39.60 41.84 38.92 | 37.63
              FIARSE   42.27 | 40.32 43.28 43.52 41.96 | 38.97
 """
-from fiarse_setup import FOUR_SIZES, PAPER_SEEDS, columns, paper_config
+from fiarse_setup import FOUR_SIZES, PAPER_GRID, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE Table 4 (4 sizes, 20% participation)'
-SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/<grid cell>/seed<s>
+GRID = PAPER_GRID  # each method's best of lr × momentum (first column, seed mean) opens the table
 COLUMNS = columns(FOUR_SIZES)
 
 

@@ -2,7 +2,8 @@
 
 Command (GPU): fedjax-het --config experiments/fiarse/table5.py --workdir runs/fiarse_t5_c10
   CIFAR-100: add --config.dataset=cifar100.
-  3 seeds as in the paper (SEEDS below): mean ± std over them; --seeds 1 for one run each.
+  3 seeds × lr {0.1, 0.01} × momentum {0, 0.9} as in the paper (SEEDS, GRID below): mean ± std
+  over seeds, each method at its best cell; --seeds 1 for one run per cell.
 
 Paper (Local | Model(0.04, 0.16, 0.36, 0.64, 1) | Global):
   CIFAR-10   HeteroFL 72.93 | 64.05 71.80 75.75 77.25 75.80 | 70.38
@@ -16,10 +17,11 @@ Paper (Local | Model(0.04, 0.16, 0.36, 0.64, 1) | Global):
              FjORD    43.11 | 42.19 43.90 45.00 42.25 42.20 | 40.73
              FIARSE   45.94 | 44.35 45.65 47.80 47.00 44.90 | 42.61
 """
-from fiarse_setup import FIVE_SIZES, PAPER_SEEDS, columns, paper_config
+from fiarse_setup import FIVE_SIZES, PAPER_GRID, PAPER_SEEDS, columns, paper_config
 
 TITLE = 'FIARSE Table 5 (5 sizes, 10% participation)'
-SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/seed<s>
+SEEDS = PAPER_SEEDS  # runs in <workdir>/<method>/<grid cell>/seed<s>
+GRID = PAPER_GRID  # each method's best of lr × momentum (first column, seed mean) opens the table
 COLUMNS = columns(FIVE_SIZES)
 
 

@@ -8,7 +8,8 @@ Size: 20 runs × 50 global rounds (FCNN, 40 to 120 clients); not run here (no GP
 Paper (figure only): AirComp-HIST has the lowest latency; OMA-HIST's latency grows with n_j (TDMA
 slots), AirComp-HIST's falls from n_j = 10 to 20 and rises past 25. Other settings as Sec. VI-C
 (cells 1-2: 1-2 GHz and 30 dB, cells 3-4: 2-4 GHz and 40 dB); the training set is split over
-4·n_j clients with 2 label shards each.
+4·n_j clients with 2 label shards each; HIST uses the latency-optimal partition sizes (Eq. (19) /
+(36)), as Fig. 7's caption says.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
 from hist_setup import METHODS, paper_config
@@ -24,5 +25,6 @@ def get_configs():
         config = paper_config(algorithm, 'fcnn', num_cells=4, local_steps=40,
                               num_clients=4 * n_j)
         config.hierarchy.edge_channel = channel
+        config.hierarchy.partition_sizes = 'optimized'  # Fig. 7's caption
         configs[f'{channel.upper()}-{label} n_j={n_j}'] = config
   return configs

@@ -51,7 +51,6 @@ def _hierarchical(config, algorithm: str, num_cells: int, edge_rounds: int):
   config.hierarchy.num_cells = num_cells
   config.hierarchy.edge_rounds = edge_rounds
   config.clients_per_round = config.num_clients
-  config.aggregation_weights = 'uniform'
   return config
 
 
@@ -103,8 +102,11 @@ def scaled_config(algorithm: str, num_cells: int = 4, setting: str = 'noniid',
 
 def aircomp(config, snr_db: float, channel: str = 'aircomp'):
   """The AirComp experiments' setting (Sec. VI-D): SNR swept in every cell,
-  CPUs U(2, 4) GHz everywhere; `channel='oma'` is the OMA baseline."""
+  CPUs U(2, 4) GHz everywhere, HIST with the latency-optimal partition sizes
+  (Fig. 7's caption; HFedAvg has no partition); `channel='oma'` is the OMA
+  baseline."""
   config.hierarchy.edge_channel = channel
+  config.hierarchy.partition_sizes = 'optimized'
   config.hierarchy.snr_db_slow = config.hierarchy.snr_db_fast = snr_db
   config.hierarchy.cpu_ghz_slow = (2.0, 4.0)
   return config

@@ -13,8 +13,9 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
 - `loss(params, x, y, plan, ctx)`: the local objective of a batch (default:
   cross-entropy of the forward with `forward_params`).
 - `client_optimizer()`, `client_program()`: the local solver (default: optax
-  SGD steps on the loss, `core.program.sgd_program`); a method with two
-  phases or step outputs returns its own program.
+  SGD steps on the loss, `core.program.sgd_program`, its gradients and
+  updates masked by `step_mask(params, plan)`, default the plan's mask); a
+  method with two phases or step outputs returns its own program.
 - `init_clients(params)`, `program_client_state(state, plans)`: per-client
   persistent state (`ServerState.clients`) and the rows the clients see.
 - `start_models(state, plans)`: a table of start models clients pick rows of
@@ -103,6 +104,9 @@ class FederatedAlgorithm:
   option_groups = ()
   # Whether its schedule reads `rounds` (then a resume may not change it).
   schedule_depends_on_rounds = False
+  # Round metrics that are a round's value, not a count to add up: the
+  # trainer logs the last round's (summary.json: `last_round`), not a total.
+  per_round_metrics = ()
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -143,7 +147,13 @@ class FederatedAlgorithm:
         self.program_loss, self.client_optimizer(),
         num_steps=self.max_local_steps(), batch_size=self.config.batch_size,
         augment=augment.get_augmentation(self.config.augment),
-        scan_unroll=self.config.scan_unroll)
+        scan_unroll=self.config.scan_unroll, step_mask=self.step_mask)
+
+  def step_mask(self, params: PyTree, plan: ClientPlan) -> PyTree:
+    """The mask of a local step's gradient and update, given the params
+    before it (default: the plan's round-start mask)."""
+    del params
+    return plan.mask
 
   @functools.cached_property
   def local_program(self) -> program.ClientProgram | program.ProgramSequence:
@@ -350,6 +360,11 @@ class FederatedAlgorithm:
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
     }
+
+  def summary_facts(self) -> dict:
+    """Facts of the run's model of the world for summary.json (default none),
+    e.g. the channel noise model a result depends on."""
+    return {}
 
   # ---- evaluation (host loop, between rounds) ----------------------------
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:

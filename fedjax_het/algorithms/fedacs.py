@@ -12,8 +12,9 @@ X ← X + (1/K) Σ_{received} U_m (no reweighting, no client identities). Then
 E[update] = −η Σ_m ω_m ∇F̄_m / Σ_j ω_j/((1 − q_j)‖a_j‖₁) (Eq. (16)): the
 surrogate objective is the true one in every round, static or dynamic.
 
-Calibration (App. I.2, Eq. (112)): η₂ = η₁ Σ ω(1 − q)‖a‖₁ · Σ ω/((1 − q)‖a‖₁),
-so FedACS's expected step equals FedAvg's.
+Calibration (App. I.2, Eq. (112)): η₂ = η₁ Σ ω(1 − q)‖a(η₁)‖₁ · Σ ω/((1 − q)‖a(η₂)‖₁),
+so FedACS's expected step equals FedAvg's (FedAvg's ‖a‖₁ at its rate η₁,
+FedACS's at η₂, which p also uses).
 """
 import jax
 import jax.numpy as jnp
@@ -32,9 +33,12 @@ class FedACS(SystemsAwareAlgorithm):
   participations = ('with_replacement',)
   divides_by_success = True
 
-  def inverse_effort(self, rnd: SystemsRound) -> jax.Array:
-    """ω_m / ((1 − q_m)‖a_m‖₁), the unnormalised Eq. (15). [M]."""
-    return self.omega / ((1 - rnd.failure_prob) * self.work_norms(rnd))
+  def inverse_effort(self, rnd: SystemsRound,
+                     a_norm: jax.Array | None = None) -> jax.Array:
+    """ω_m / ((1 − q_m)‖a_m‖₁), the unnormalised Eq. (15), with ‖a‖₁ `a_norm`
+    (default: at the clients' rate). [M]."""
+    a_norm = self.work_norms(rnd) if a_norm is None else a_norm
+    return self.omega / ((1 - rnd.failure_prob) * a_norm)
 
   def sampling_probs(self, rnd: SystemsRound) -> jax.Array:
     weights = self.inverse_effort(rnd)
@@ -46,11 +50,11 @@ class FedACS(SystemsAwareAlgorithm):
     del state
     return jnp.ones((self.num_clients,), jnp.float32)
 
-  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
-    """η₂/η₁ = Σ ω(1 − q)‖a‖₁ · Σ ω/((1 − q)‖a‖₁) (Eqs. (111), (112))."""
+  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
+    """η₂/η₁ = Σ ω(1 − q)‖a(η₁)‖₁ · Σ ω/((1 − q)‖a(η₂)‖₁) (Eqs. (111), (112))."""
     return (fedavg_step_length(self.omega, rnd.failure_prob,
-                               self.work_norms(rnd)) *
-            jnp.sum(self.inverse_effort(rnd)))
+                               self.fedavg_norms(rnd)) *
+            jnp.sum(self.inverse_effort(rnd, a_norm)))
 
 
 # The paper's methods: FedACS, then its baselines in Table 1's order.

@@ -46,9 +46,9 @@ class FedVarp(SystemsAwareAlgorithm):
         lambda p: jnp.zeros((self.num_clients,) + p.shape, p.dtype), params)
     return clients
 
-  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
     return communication_aware_lr_scale(self.omega, rnd.failure_prob,
-                                        self.work_norms(rnd))
+                                        self.fedavg_norms(rnd), a_norm)
 
   def expected_weights(self, state: ServerState,
                        rnd: SystemsRound) -> jax.Array:

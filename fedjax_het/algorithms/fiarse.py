@@ -6,10 +6,17 @@ Algorithm 1 of FIARSE, per round t:
   2. Client i trains K steps of TCB-GD (Eq. 3) with θ_{γ_i} fixed: the
      forward uses x ⊙ 1{|x| ≥ θ} re-evaluated at every step
      (`fedjax_het.submodel.tcb.tcb_mask`), so a parameter that falls below θ
-     drops out; under plain SGD the submodel can only shrink.
-  3. Updates are zero outside the client's round-start submodel (specs §7.2:
-     Δ is restricted to it; the mask also stops momentum or weight decay from
-     moving excluded entries), and the server averages each coordinate over
+     drops out; under plain SGD the submodel can only shrink (§3, L113–115).
+     `submodel.tcb_bias=False` drops Eq. (3)'s bias factor: the plain masked
+     gradient g ⊙ 1{|x| ≥ θ} of the official code (`tcb.plain_mask`).
+  3. Updates are zero outside the client's round-start submodel (Δ is
+     restricted to it; the mask also stops momentum or weight decay from
+     moving excluded entries). With momentum an entry that fell below θ
+     keeps moving by its momentum buffer and may re-enter; with
+     `submodel.update_mask='current'` the gradient and the optimiser's
+     update are also masked by the step's 1{|x| ≥ θ}, so it freezes where it
+     dropped out and the submodel only shrinks again. The server averages
+     each coordinate over
      the clients that updated it ('nonzero' count rule by default), x̃ ← x̃ −
      η_s·Agg(x̃_t − x_{t,K}) with η_s = `server_lr` (the paper's 1).
 
@@ -20,12 +27,13 @@ Registered methods:
                     ∇F(x ⊙ m0) ⊙ m0 (Zhou et al. 2023; Tables 6–7).
 """
 import jax
+import jax.numpy as jnp
 
 from fedjax_het import models
 from fedjax_het.algorithms.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
 from fedjax_het.submodel import magnitude
-from fedjax_het.submodel.tcb import tcb_mask
+from fedjax_het.submodel.tcb import plain_mask, tcb_mask
 
 
 class Fiarse(SubmodelAlgorithm):
@@ -59,7 +67,15 @@ class Fiarse(SubmodelAlgorithm):
   def forward_params(self, params, plan, ctx):
     if not self.straight_through:
       return program.apply_mask(params, plan.mask)
-    return jax.tree.map(tcb_mask, params, plan.extras['theta'])
+    mask = tcb_mask if self.submodel_options.tcb_bias else plain_mask
+    return jax.tree.map(mask, params, plan.extras['theta'])
+
+  def step_mask(self, params, plan):
+    """The round-start mask, ∧ 1{|x| ≥ θ} at this step under 'current'."""
+    if self.submodel_options.update_mask == 'round_start':
+      return plan.mask
+    return jax.tree.map(jnp.logical_and, plan.mask,
+                        magnitude.magnitude_mask(params, plan.extras['theta']))
 
   def eval_mask(self, params, gamma):
     theta = jax.tree.map(lambda t: t[0], self.thresholds(params, (gamma,)))

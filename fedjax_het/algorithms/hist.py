@@ -38,12 +38,14 @@ Edge aggregation is OMA (exact, TDMA latency Eq. (17)) or AirComp
 (Eqs. (22)-(25)), and sets x̄_j ← x̄_j − γ·δ̂_j (Eq. (27)), so the model noise
 is γZ (spec §7 item 7). Shared parameters are sent and noised too.
 
-Accounting per global round (`round_metrics`, summed by the trainer):
+Accounting per global round (`round_metrics`): summed by the trainer,
 bytes_up / bytes_down (E submodel exchanges per client), `mb_per_client`
-(MiB uploaded per client: the x-axis of Fig. 3 and the unit of Tables I/II),
-`latency_s` (Eq. (18) with Eq. (17) or (35)), `partition_dmax` (d_max^t of
-Thm 1) and, with AirComp, `aircomp_mse`, `beamformer_gain` and
-`beamformer_initial_gain` (means over cells and edge rounds). CPU frequencies
+(MiB uploaded per client: the x-axis of Fig. 3 and the unit of Tables I/II)
+and `latency_s` (Eq. (18) with Eq. (17) or (35)); logged as the last round's
+value (`per_round_metrics`), `partition_dmax` (d_max^t of Thm 1) and, with
+AirComp, `aircomp_mse`, `beamformer_gain` and `beamformer_initial_gain`
+(means over cells and edge rounds). summary.json names the edge channel and
+the AirComp noise model (`summary_facts`). CPU frequencies
 F_i ~ U(range of the cell) and OMA channels h_i^t are drawn once per global
 round, AirComp channels once per edge round (spec §7 item 11).
 """
@@ -85,10 +87,11 @@ class HierarchyOptions(OptionGroup):
   num_cells: int = option(2, 'N edge servers', check=positive_int)
   cell_sizes: tuple = option((), 'n_j; () = num_clients split evenly, in client order')
   edge_rounds: int = option(5, 'E edge rounds per global round', check=positive_int)
+  edge_weights: str = option('uniform', "edge mean over a cell's clients: uniform (1/n_j, Eq. (6)) | examples (∝ examples held); aggregation_weights is not read", choices=('uniform', 'examples'))
   cloud_weights: str = option('uniform', 'cloud mean over cells: uniform | clients (∝ cell weight)', choices=('uniform', 'clients'))
   partition_sizes: str = option('uniform', 'HIST: uniform | optimized (Eq. 19 / 36) | given', choices=('uniform', 'optimized', 'given'))
   given_sizes: tuple = option((), "neurons per cell when partition_sizes='given'")
-  max_size_ratio: float = option(1.5, '(19c) d_j ≤ ratio·d/N (ε_th = 9δ1² gives 1.5)', check=positive)
+  max_size_ratio: float = option(1.5, '(19c) d_j ≤ ratio·d/N on parameters, shared ones included (ε_th = 9δ1² gives 1.5)', check=positive)
   edge_channel: str = option('oma', 'oma (TDMA, exact) | aircomp (over the air, noisy)', choices=('oma', 'aircomp'))
   aircomp_noise: str = option('real', 'real (var MSE, Eq. 25) | complex (real part, MSE/2) | none', choices=aircomp.NOISE_KINDS)
   aircomp_power: float = option(1.0, 'precoder power budget P_j (SNR = P_j/σ0²)', check=positive)
@@ -131,6 +134,7 @@ class Hierarchy:
   """
   cell_sizes: tuple
   edge_rounds: int
+  edge_weights: str
   cloud_weights: str
   partition_sizes: str
   given_sizes: tuple
@@ -178,7 +182,7 @@ class Hierarchy:
         bandwidth_hz=h.bandwidth_hz, antennas=h.antennas,
         cycles_per_step=h.cycles_per_step, bits_per_param=h.bits_per_param,
         subcarrier_hz=h.subcarrier_hz, symbol_s=h.symbol_s)
-    return cls(sizes, int(h.edge_rounds), h.cloud_weights, h.partition_sizes,
+    return cls(sizes, int(h.edge_rounds), h.edge_weights, h.cloud_weights, h.partition_sizes,
                tuple(h.given_sizes), float(h.max_size_ratio), h.edge_channel,
                h.aircomp_noise, float(h.aircomp_power),
                int(h.beamformer_sca_steps), int(h.beamformer_inner_steps),
@@ -197,6 +201,8 @@ class HFedAvg(FederatedAlgorithm):
 
   name = 'hfedavg'
   option_groups = (HierarchyOptions,)
+  per_round_metrics = ('partition_dmax', 'aircomp_mse', 'beamformer_gain',
+                       'beamformer_initial_gain')
 
   def __init__(self, config, model, data):
     self.hierarchy = Hierarchy.from_config(config)
@@ -215,6 +221,24 @@ class HFedAvg(FederatedAlgorithm):
   def setup_partition(self, template: PyTree) -> None:
     """Checks and precomputes the partition of the model (none here)."""
     del template
+
+  def client_weights(self, client_ids: jax.Array) -> jax.Array:
+    """Edge weights: 1 per client (1/n_j after the mean, Eq. (6)) or examples."""
+    if self.hierarchy.edge_weights == 'examples':
+      return self.client_counts[client_ids].astype(jnp.float32)
+    return jnp.ones(client_ids.shape, jnp.float32)
+
+  def summary_facts(self) -> dict:
+    """The edge channel and its noise model (AirComp's 'real' noise has the
+    full MSE per element, twice what a receiver keeping the real part of the
+    complex noise sees, 'complex')."""
+    h = self.hierarchy
+    noise = {'real': 'real Gaussian, variance MSE per element (Eq. 25)',
+             'complex': 'real part of complex Gaussian, variance MSE/2',
+             'none': 'none (noiseless)'}[h.aircomp_noise]
+    return {'edge_channel': h.edge_channel,
+            'aircomp_noise': noise if h.edge_channel == 'aircomp' else
+                             'none (OMA: exact)'}
 
   # ---- phase 1: every client, its cell, its resources, its submodel -------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
@@ -405,9 +429,13 @@ class HIST(HFedAvg):
     if h.partition_sizes == 'given':
       disjoint.check_sizes(h.given_sizes, self.num_segments,
                            self.layout.num_units)
-    self.size_cap = partition_sizing.size_cap(
-        self.layout.num_units, self.num_segments, h.max_size_ratio) if (
-            h.partition_sizes == 'optimized') else None
+    self.size_cap = None
+    if h.partition_sizes == 'optimized':  # (19c) on parameters, shared included
+      group = self.layout.groups[0]
+      self.size_cap = partition_sizing.size_cap(
+          group.num_units, self.num_segments, h.max_size_ratio,
+          unit_params=group.unit_params,
+          shared_params=self.layout.shared_params)
 
   def partition_sizes(self, plans: ClientPlan) -> jax.Array | None:
     """Neurons per cell this round: uniform (None), given, or Eq. (19)/(36)."""

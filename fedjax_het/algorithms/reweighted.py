@@ -6,13 +6,14 @@ coefficient c_k of rule (3) (spec fedacs.md §3.2):
 - c-a-FedAvg (communication-aware FedAvg, Perazzone et al.; Eq. (113)):
   c = (ω/π)/(1 − q_m). E[update] = −η₃ Σ ω_m Δ_m: fixes the statistical
   (link) distortion, not the structural one (Ω ∝ ω‖a‖₁). Calibrated lr
-  η₃ = η₁ Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eq. (113d)).
+  η₃ = η₁ Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eq. (113d)).
 - FedNova (Wang et al. 2020; Eq. (116)): c = (ω/π) τ_eff/‖a_m‖₁ with
   τ_eff = Σ_m γ̃_m ‖a_m‖₁, γ̃ = ω(1 − q)/Σ ω(1 − q), from the round's q and
   ‖a‖₁ of all clients, so the expected step is FedAvg's (η₅ = η₁) and
   Ω ∝ ω(1 − q): fixes the structural distortion, not the statistical one.
-  (FedNova's code normalises by the mean ‖a‖₁ of the received clients; the
-  expected-τ form here is the one that reproduces Eq. (116) exactly.)
+  (FedNova's code normalises by the mean ‖a‖₁ of the received clients,
+  `fedacs.fednova_tau='received'`; the expected-τ default is the one that
+  reproduces Eq. (116) exactly, and `expected_weights` assumes it.)
 - OS (optimal client sampling, Chen et al.; Eq. (20)): every client computes
   its update, the server draws K slots with replacement from
   p_m ∝ ω_m‖U_m‖ and aggregates (1/K) Σ_{received} (ω_m/p_m) U_m: unbiased
@@ -32,9 +33,10 @@ from fedjax_het.systems.heterogeneity import SystemsRound
 
 
 def communication_aware_lr_scale(omega: jax.Array, q: jax.Array,
+                                 fedavg_norm: jax.Array,
                                  a_norm: jax.Array) -> jax.Array:
-  """η₃/η₁ = Σ ω(1 − q)‖a‖₁ / Σ ω‖a‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
-  return fedavg_step_length(omega, q, a_norm) / jnp.sum(omega * a_norm)
+  """η₃/η₁ = Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
+  return fedavg_step_length(omega, q, fedavg_norm) / jnp.sum(omega * a_norm)
 
 
 class CaFedAvg(SystemsAwareAlgorithm):
@@ -48,9 +50,9 @@ class CaFedAvg(SystemsAwareAlgorithm):
                           rnd: SystemsRound) -> jax.Array:
     return super().client_coefficients(state, rnd) / (1 - rnd.failure_prob)
 
-  def lr_scale(self, rnd: SystemsRound) -> jax.Array:
+  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
     return communication_aware_lr_scale(self.omega, rnd.failure_prob,
-                                        self.work_norms(rnd))
+                                        self.fedavg_norms(rnd), a_norm)
 
 
 class FedNova(SystemsAwareAlgorithm):
@@ -66,6 +68,18 @@ class FedNova(SystemsAwareAlgorithm):
     tau_eff = jnp.sum(success * a_norm) / jnp.maximum(jnp.sum(success),
                                                       1e-30)
     return super().client_coefficients(state, rnd) * tau_eff / a_norm
+
+  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+                        client_ids: jax.Array) -> jax.Array:
+    """With fednova_tau='received': (ω/π)_k τ_r/‖a_k‖₁, τ_r the mean ‖a‖₁
+    over the slots whose upload arrives (1 if none does)."""
+    if self.options.fednova_tau == 'expected':
+      return super().slot_coefficients(state, rnd, client_ids)
+    a_norm = self.work_norms(rnd)[client_ids]
+    received = rnd.link_up[client_ids].astype(jnp.float32)
+    tau = jnp.sum(received * a_norm) / jnp.maximum(jnp.sum(received), 1.0)
+    importance = SystemsAwareAlgorithm.client_coefficients(self, state, rnd)
+    return importance[client_ids] * tau / a_norm
 
 
 class OptimalSampling(SystemsAwareAlgorithm):

@@ -18,8 +18,13 @@ A method supplies `level_plan` (masks and extras of capacity levels), the forwar
 trains (`forward_params`) and `eval_mask(params, γ)`, the submodel any
 client of capacity γ gets from the global model — also sizes never trained.
 
-Evaluation (specs/fiarse.md §6), logged every `eval_every` rounds:
-  accuracy@γ, loss@γ      the γ-submodel on the global test set (Global);
+Evaluation (FIARSE §5), logged every `eval_every` rounds:
+  accuracy@γ, loss@γ      the γ-submodel on the global test set (Global): the
+                          test split in its order (default), or with
+                          `submodel.global_test='client_shards'` the clients'
+                          local shards concatenated in client order, as
+                          FIARSE's code does (with batch-statistics BN each
+                          eval batch then holds one client's skewed labels);
   accuracy, loss          their means over the levels (Global);
   local_accuracy@γ        mean over clients of level γ of the accuracy on
                           their own test shard with the γ-submodel (Model(γ));
@@ -73,6 +78,20 @@ class SubmodelOptions(OptionGroup):
       'threshold_shards (shard)', choices=('model', 'layer', 'shard'))
   threshold_shards: tuple = option((), "parameter-path prefixes of the "
                                    "threshold groups (granularity 'shard')")
+  tcb_bias: bool = option(
+      True, "FIARSE: Eq. (3)'s factor 1 + 2|x|θ/(|x|+θ)² on the gradient of "
+      "kept entries; False: the plain masked gradient, what the official code "
+      "computes (its Bern backward never runs)", check=is_bool)
+  update_mask: str = option(
+      'round_start', 'mask of local gradients and optimiser updates: the '
+      "round-start submodel, or 'current': also FIARSE's 1{|x| ≥ θ} at each "
+      'step, so with momentum the submodel still only shrinks',
+      choices=('round_start', 'current'))
+  global_test: str = option(
+      'test_set', "global test set: the test split in its order, or "
+      "'client_shards': the local test shards concatenated in client order "
+      "(FIARSE's code; label-skewed eval batches under static BN; needs "
+      'local_test)', choices=('test_set', 'client_shards'))
   width_rule: str = option(
       'sqrt', 'width methods: r = sqrt(γ), or the widest r holding at most a '
       'γ fraction of the parameters (params)', choices=('sqrt', 'params'))
@@ -116,6 +135,9 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   supports_capacities = True
   default_partial_average = 'mask'
   option_groups = (SubmodelOptions,)
+  # Whether the trained submodel is re-evaluated at every local step
+  # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
+  straight_through = False
 
   def __init__(self, config, model, data):
     self.submodel_options = SubmodelOptions.from_config(config)
@@ -124,6 +146,13 @@ class SubmodelAlgorithm(FederatedAlgorithm):
     if len(set(levels)) != len(levels):
       raise ValueError(f'capacities must be distinct levels, got {levels}.')
     options = self.submodel_options
+    if options.update_mask == 'current' and not self.straight_through:
+      raise ConfigError(f"submodel.update_mask='current' needs a submodel "
+                        f're-evaluated at every step (fiarse), not '
+                        f'{self.name}.')
+    if options.global_test == 'client_shards' and not config.local_test:
+      raise ConfigError("submodel.global_test='client_shards' needs "
+                        'local_test=True.')
     self.levels = levels
     self.client_level = jnp.asarray(
         level_of_clients(self.num_clients, len(levels)))
@@ -196,8 +225,10 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
     apply = self.eval_apply
     batch_size = self.config.eval_batch_size
-    global_eval = evaluation.make_evaluator(apply, split.test_x, split.test_y,
-                                          batch_size)
+    test_x, test_y = split.test_x, split.test_y
+    if self.submodel_options.global_test == 'client_shards':
+      test_x, test_y = evaluation.concatenated_shards(split.local_test)
+    global_eval = evaluation.make_evaluator(apply, test_x, test_y, batch_size)
     local_eval = None
     if split.local_test is not None:
       local_eval = evaluation.make_client_evaluator(apply, split.local_test,

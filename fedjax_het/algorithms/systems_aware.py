@@ -35,9 +35,13 @@ toy problems). `client_sampling` is not used by this family.
 Step-length calibration (App. I.2, `fedacs.calibrate`): every round the
 client learning rate is set to η₁·`lr_scale` so that the method's expected
 step η_eff·T_eff equals FedAvg's with the configured lr η₁,
-η₁ Σ ω_m (1 − q_m)‖a_m‖₁ (Eq. (111)), computed from the round's q and T of
-all M clients (the server knows them, Alg. 1). ‖a‖₁ is taken at η₁, so with
-a proximal local solver the calibration is first-order in η.
+η₁ Σ ω_m (1 − q_m)‖a_m(η₁)‖₁ (Eq. (111)), computed from the round's q and T
+of all M clients (the server knows them, Alg. 1). The method's own ‖a‖₁ (its
+sampling, coefficients and calibration) is taken at the rate its clients run,
+η₂ = η₁·lr_scale(η₂): with a proximal solver ‖a‖₁ = [1 − (1 − ημ)^S]/(ημ)
+depends on η, so η₂ is the fixed point of η ← η₁·lr_scale(η) from η₁
+(`CALIBRATION_ITERATIONS`; SGD and momentum norms do not depend on η and the
+first iterate is exact).
 
 Local solvers: SGD, heavy-ball momentum (`client_momentum`) or FedProx's
 proximal SGD (`fedacs.prox_mu`); their ‖a‖₁ is in
@@ -72,6 +76,10 @@ PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
 # beyond the base class's sampling and client keys.
 SYSTEMS_STREAM = 0x5e5
 SELECTION_STREAM = 0x5e1
+# Fixed-point iterations of the calibrated lr under a proximal solver; each
+# changes η by a factor ~η·μ·S/2 of the previous change (≪ 1 in the paper's
+# settings), so the iterate has converged to float32 long before.
+CALIBRATION_ITERATIONS = 8
 
 
 def _fedvarp_form(key: str, value) -> None:
@@ -94,6 +102,11 @@ class FedAcsOptions(OptionGroup):
   fedvarp_form: str = option('paper', 'FedVarp: stale updates fill failed '
                              'uploads (paper, Eq. (114)) or the original '
                              'SAGA form (saga)', check=_fedvarp_form)
+  fednova_tau: str = option(
+      'expected', "FedNova's τ_eff: Σ_m γ̃_m‖a_m‖₁ over all M clients "
+      '(expected, Eq. (116) exactly) or the mean ‖a‖₁ of the updates '
+      'received this round (received, FedNova\'s code)',
+      choices=('expected', 'received'))
   fedau_cutoff: int = option(100000, 'FedAU: longest participation interval '
                              'recorded (rounds)', check=positive_int)
 
@@ -194,11 +207,17 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     return self.heterogeneity.draw(round_key(state, SYSTEMS_STREAM),
                                    state.round, links)
 
-  def work_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
-    """‖a_m‖₁ of every client's local solver this round, at the lr η₁. [M]."""
+  def work_norms(self, rnd: heterogeneity.SystemsRound,
+                 lr: jax.Array | float | None = None) -> jax.Array:
+    """‖a_m‖₁ of every client's local solver this round at `lr` (default:
+    the rate the clients run, `client_lr(rnd)`). [M]."""
     return local_work.accumulation_norm(
-        rnd.steps, self.config.client_lr,
+        rnd.steps, self.client_lr(rnd) if lr is None else lr,
         momentum=self.config.client_momentum, prox_mu=self.options.prox_mu)
+
+  def fedavg_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+    """‖a_m‖₁ at η₁: FedAvg's, the reference of the calibration. [M]."""
+    return self.work_norms(rnd, self.config.client_lr)
 
   # ---- the sampling rule ---------------------------------------------------
   def sampling_probs(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
@@ -244,14 +263,24 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     return (self.inclusion(rnd) * (1 - rnd.failure_prob) *
             self.client_coefficients(state, rnd))
 
-  def lr_scale(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
-    """η_method/η₁ of the step-length calibration (1: FedAvg, App. I.2)."""
-    del rnd
+  def lr_scale(self, rnd: heterogeneity.SystemsRound,
+               a_norm: jax.Array) -> jax.Array:
+    """η_method/η₁ of the step-length calibration (1: FedAvg, App. I.2),
+    given the method's ‖a‖₁ at its own rate (`a_norm` [M]); FedAvg's
+    reference is at η₁ (`fedavg_norms`)."""
+    del rnd, a_norm
     return jnp.ones((), jnp.float32)
 
   def client_lr(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
-    lr = jnp.asarray(self.config.client_lr, jnp.float32)
-    return lr * self.lr_scale(rnd) if self.options.calibrate else lr
+    """The clients' lr: η₁, or calibrated, the fixed point η₂ = η₁·lr_scale
+    with ‖a‖₁ at η₂ (module docstring)."""
+    base = jnp.asarray(self.config.client_lr, jnp.float32)
+    if not self.options.calibrate:
+      return base
+    lr = base
+    for _ in range(CALIBRATION_ITERATIONS if self.options.prox_mu else 1):
+      lr = base * self.lr_scale(rnd, self.work_norms(rnd, lr))
+    return lr
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:

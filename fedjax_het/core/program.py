@@ -207,14 +207,17 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
                 num_steps: int, batch_size: int, trainable: Trainable = None,
                 augment: Callable[[jax.Array, jax.Array], jax.Array]
                 | None = None, emit_every: int = 0, scan_unroll: int = 1,
-                active_steps: Callable[[ClientPlan], jax.Array] = _all_steps
+                active_steps: Callable[[ClientPlan], jax.Array] = _all_steps,
+                step_mask: Callable[[PyTree, ClientPlan], PyTree] | None = None
                 ) -> ClientProgram:
   """Optax steps on the trainable part of the `LocalModel`.
 
   Each step: x ← augment(x) (a key of its own), g = ∇ loss on the trainable
   leaves, masked by `plan.mask` (on the params), and one step of
   `make_optimizer(plan.lr)` whose update is masked again (so momentum or
-  weight decay cannot move entries outside the submodel). Leaves outside
+  weight decay cannot move entries outside the submodel). With `step_mask`,
+  `step_mask(params, plan)` (the params before the step) replaces `plan.mask`
+  at every step, e.g. a submodel that changes within the round. Leaves outside
   `trainable` are forward-only: bit-identical after the program, with no
   optimiser state.
 
@@ -228,13 +231,16 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
     trainable: which leaves of the `LocalModel` are trained
       (`trainable_predicate`; default all of `params`).
     augment: optional `augment(key, x_batch) -> x_batch`.
+    step_mask: optional `step_mask(params, plan) -> mask pytree` of a step.
   """
   is_trained = trainable_predicate(trainable)
 
-  def trained_mask(plan):
-    if plan.mask is None:
+  def trained_mask(carry, plan):
+    mask = (plan.mask if step_mask is None else
+            step_mask(combine(carry.trained, carry.frozen).params, plan))
+    if mask is None:
       return None
-    mask, _ = partition(LocalModel(plan.mask, None), is_trained)
+    mask, _ = partition(LocalModel(mask, None), is_trained)
     return mask
 
   def init(start, plan):
@@ -253,7 +259,7 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
     value, grads = jax.value_and_grad(objective, has_aux=emit_every > 0)(
         carry.trained)
     loss_value, output = value if emit_every > 0 else (value, None)
-    mask = trained_mask(plan)
+    mask = trained_mask(carry, plan)
     grads = apply_mask(grads, mask)
     updates, opt_state = make_optimizer(plan.lr).update(
         grads, carry.opt_state, carry.trained)

@@ -13,6 +13,7 @@ from fedjax_het.data.partition import PARTITIONS
 from fedjax_het.data.partition import balanced_dirichlet
 from fedjax_het.data.partition import dirichlet
 from fedjax_het.data.partition import iid
+from fedjax_het.data.partition import class_blocks
 from fedjax_het.data.partition import one_class_per_client
 from fedjax_het.data.partition import partition
 from fedjax_het.data.partition import quantity_skew
@@ -25,7 +26,7 @@ from fedjax_het.data.sources import load_dataset
 
 __all__ = [
     'ArrayDataset', 'DATASETS', 'FederatedData', 'FederatedSplit', 'PARTITIONS',
-    'balanced_dirichlet', 'build_federated', 'client_label_histogram', 'dirichlet', 'iid',
+    'balanced_dirichlet', 'build_federated', 'class_blocks', 'client_label_histogram', 'dirichlet', 'iid',
     'load_dataset', 'one_class_per_client', 'pack_clients', 'partition', 'quantity_skew',
     'sample_by_priors', 'shards', 'split_by_class_shares',
 ]

@@ -221,8 +221,30 @@ def one_class_per_client(labels, num_clients: int, seed: int) -> list[np.ndarray
   """FedACS: client m holds only class classes[m % K] (K = number of distinct labels present).
 
   A class's examples are split evenly at random among the clients holding it; classes with no
-  holder (num_clients < K) are unused.
+  holder (num_clients < K) are unused. Every block of K consecutive clients holds all K classes,
+  so equal contiguous client groups (the systems model's halves) all see every class.
   """
+  return _one_class(labels, num_clients, seed,
+                    lambda j, classes: np.arange(j, num_clients, classes))
+
+
+def class_blocks(labels, num_clients: int, seed: int) -> list[np.ndarray]:
+  """FedACS with disjoint halves: client m holds only class classes[⌊m·K/M⌋].
+
+  Classes go to equal contiguous blocks of clients (M = 20, K = 10: client m → class ⌊m/2⌋), so
+  the equal contiguous groups of the dynamic systems model (clients 0–9 weak, 10–19 strong) hold
+  disjoint class sets: the class-level inconsistency of FedAvg's surrogate that the paper's
+  argument (Eq. (6)) is about. With M < K only the first M classes are used.
+  """
+  def holders(j, classes):
+    return np.flatnonzero(np.arange(num_clients) * min(classes, num_clients)
+                          // num_clients == j)
+
+  return _one_class(labels, num_clients, seed, holders)
+
+
+def _one_class(labels, num_clients: int, seed: int, holders_of) -> list[np.ndarray]:
+  """One class per client; `holders_of(j, K)` names the clients of the j-th present class."""
   labels = _check_labels(labels)
   _check_clients(num_clients, labels.size)
   rng = np.random.default_rng(seed)
@@ -230,7 +252,7 @@ def one_class_per_client(labels, num_clients: int, seed: int) -> list[np.ndarray
   present = np.flatnonzero(np.diff(offsets))
   owner = np.full(labels.size, -1, np.int64)
   for j, c in enumerate(present[:num_clients]):
-    holders = np.arange(j, num_clients, present.size)
+    holders = holders_of(j, present.size)
     size = offsets[c + 1] - offsets[c]
     if size < holders.size:
       raise ValueError(f'class {c} has {size} examples for {holders.size} clients; '
@@ -293,6 +315,7 @@ _PARTITIONERS = {
     'balanced_dirichlet': balanced_dirichlet,
     'shards': shards,
     'one_class': one_class_per_client,
+    'class_blocks': class_blocks,
     'quantity_skew': quantity_skew,
 }
 PARTITIONS = tuple(_PARTITIONERS)

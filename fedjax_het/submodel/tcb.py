@@ -10,6 +10,12 @@ Parameters below the threshold get exactly zero gradient; kept ones get the
 plain gradient scaled by s = 1 + 2|x|θ/(|x|+θ)² ∈ (1, 1.5] (1.5 at |x| = θ,
 → 1 as |x| → ∞). The threshold receives no gradient. θ = 0 keeps every entry
 and its factor is exactly 1 (full-model SGD).
+
+`plain_mask` is the same forward with the plain masked gradient g ⊙ M(x), no
+bias factor: what FIARSE's official code computes. Its `Bern.forward`
+(`model_utils.py`) returns a bool tensor, PyTorch does not differentiate
+through bool outputs of a custom autograd function, so `Bern.backward` (the
+Eq. (3) factor) never runs and the mask acts as a constant.
 """
 import jax
 import jax.numpy as jnp
@@ -27,6 +33,12 @@ def tcb_scale(w: jax.Array, theta: jax.Array) -> jax.Array:
   return jnp.where(a >= theta, 1 + bias, 0).astype(w.dtype)
 
 
+def plain_mask(w: jax.Array, theta: jax.Array) -> jax.Array:
+  """w · 1{|w| ≥ θ} differentiated as is: gradient g ⊙ M(w) (FIARSE's code)."""
+  return jnp.where(jnp.abs(w) >= jnp.asarray(theta, w.dtype), w,
+                   jnp.zeros((), w.dtype))
+
+
 @jax.custom_vjp
 def tcb_mask(w: jax.Array, theta: jax.Array) -> jax.Array:
   """w · 1{|w| ≥ θ} with the TCB-GD gradient of Eq. (3) of FIARSE.
@@ -40,8 +52,7 @@ def tcb_mask(w: jax.Array, theta: jax.Array) -> jax.Array:
     The masked parameters, shape and dtype of `w`. The VJP is
     g ⊙ M(w) ⊙ (1 + 2|w|θ/(|w|+θ)²) for w and zero for θ.
   """
-  return jnp.where(jnp.abs(w) >= jnp.asarray(theta, w.dtype), w,
-                   jnp.zeros((), w.dtype))
+  return plain_mask(w, theta)
 
 
 def _tcb_mask_fwd(w, theta):

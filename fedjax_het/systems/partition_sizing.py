@@ -9,11 +9,12 @@ per global round,
 
     min_k  max_j  E·c_j·(s + k_j·u)
     s.t.   Σ_j k_j = K                                  (19b)
-           k_min ≤ k_j ≤ ⌊ρ·K/N⌋,                       (19c)
+           k_min ≤ k_j,  s + k_j·u ≤ ρ·d/N,             (19c)
 
 where (19c), 6·N·d_j/d·δ1² ≤ ε_th, reads d_j ≤ ρ·d/N with ρ = ε_th/(6δ1²)
-(ρ = 1.5 for the paper's ε_th = 9δ1², so δ1 never has to be estimated) and is
-applied to the neuron count. k_min = 1 keeps every cell busy.
+(ρ = 1.5 for the paper's ε_th = 9δ1², so δ1 never has to be estimated), on
+d_j = s + k_j·u the parameters cell j holds, shared ones included, and
+d = s + K·u the model's. k_min = 1 keeps every cell busy.
 
 The paper hands the MILP to Gurobi. Its objective is a maximum of increasing
 functions of separate variables under one sum constraint, for which the
@@ -28,14 +29,18 @@ import jax
 import jax.numpy as jnp
 
 
-def size_cap(num_units: int, num_cells: int, max_size_ratio: float) -> int:
-  """⌊ρ·K/N⌋, the largest k_j (19c) allows; raises if no partition fits."""
-  cap = min(num_units, math.floor(max_size_ratio * num_units / num_cells))
+def size_cap(num_units: int, num_cells: int, max_size_ratio: float, *,
+             unit_params: int = 1, shared_params: int = 0) -> int:
+  """⌊(ρ·d/N − s)/u⌋, the largest k_j (19c) allows on d_j = s + k_j·u
+  parameters (d = s + K·u); raises if no partition fits."""
+  total = shared_params + num_units * unit_params
+  cap = min(num_units, math.floor(
+      (max_size_ratio * total / num_cells - shared_params) / unit_params))
   if cap < 1 or cap * num_cells < num_units:
     raise ValueError(
         f'no partition of {num_units} neurons into {num_cells} cells meets '
-        f'the size cap of {max_size_ratio}·K/N; raise max_size_ratio to at '
-        'least 1.')
+        f'(19c), d_j ≤ {max_size_ratio}·d/N with the {shared_params} shared '
+        'parameters counted; raise hierarchy.max_size_ratio.')
   return cap
 
 
