@@ -172,7 +172,7 @@ def test_round_metrics_count_the_uploads_and_models():
   storage = method.sizes.server + CLIENTS * (method.sizes.client +
                                              method.sizes.aux)
   np.testing.assert_array_equal(metrics['server_storage_params'],
-                                [storage, 0])  # its running total: storage
+                                [storage] * 2)  # a per-round value
 
 
 # ---- the server scan equals the interleaved protocol ---------------------------

@@ -12,7 +12,7 @@ COLUMNS = (
     ('acc, last 5 evals', 'mean_test_accuracy_last5'),
     ('final acc', 'final_test_accuracy'),
     ('load GB', 'totals/gb'),
-    ('server storage (params)', 'totals/server_storage_params'),
+    ('server storage (params)', 'last_round/server_storage_params'),
     ('comm rounds', 'totals/comm_rounds'),
     ('s/round', 's_per_round_median'),
 )

@@ -38,8 +38,8 @@ FSL_AN.
 Accounting per round (`round_metrics`, summed by the trainer):
 smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
 bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
-server_storage_params (logged in round 0 only, so its running total is the
-storage); see `split_accounting`.
+server_storage_params (a per-round value, `per_round_metrics`: summary.json
+has it under `last_round`); see `split_accounting`.
 """
 import dataclasses
 from typing import Any
@@ -89,6 +89,7 @@ class SplitLearning(FederatedAlgorithm):
   training inputs, FedAvg of the client side and the accounting."""
 
   option_groups = (SplitOptions,)
+  per_round_metrics = ('server_storage_params',)
   protocol: accounting.SplitProtocol = accounting.CSE_FSL
 
   def __init__(self, config, model, data):
@@ -178,8 +179,8 @@ class SplitLearning(FederatedAlgorithm):
     metrics['comm_rounds'] = jnp.sum(uploads).astype(jnp.float32)
     storage = accounting.server_storage(self.protocol, self.sizes,
                                         self.cohort_size)
-    metrics['server_storage_params'] = jnp.where(state.round == 0,
-                                                 float(storage), 0.0)
+    metrics['server_storage_params'] = jnp.asarray(float(storage),
+                                                   jnp.float32)
     metrics['train_loss'] = mean_over_active(outputs.loss, active)
     metrics['examples'] = jnp.sum(outputs.num_examples)
     return metrics
