@@ -1,6 +1,6 @@
 """FedACS and its baselines: fixed points, one-round expectations, FedAvg limits, bad input.
 
-Expected values are the spec's formulas (specs/fedacs.md §2-3), written out
+Expected values are the paper's formulas, written out
 here independently of the methods' own `expected_weights`.
 """
 import importlib.util
@@ -75,7 +75,7 @@ def test_time_averaged_iterate_settles_at_each_methods_fixed_point():
   true_optimum = e.mean()
   for method in FEDACS_FAMILY:
     row = summary[method]
-    w = spec_weights(method, config) * (1 - (1 - eta)**t)  # spec §2.7
+    w = spec_weights(method, config) * (1 - (1 - eta)**t)  # App. C Eq. (39)
     np.testing.assert_allclose(row['analytic_fixed_point'], w @ e / w.sum(),
                                rtol=1e-6)
     assert row['true_optimum'] == true_optimum

@@ -1,4 +1,4 @@
-"""The FedACS experiments' shared protocol (spec fedacs.md §4; paper App. I.3).
+"""The FedACS experiments' shared protocol (paper App. I.3).
 
 Every table runs the seven methods (`family_configs`) on M = 20 clients with
 K = 6 draws with replacement per round for R = 200 rounds, ω ∝ examples held,
@@ -19,7 +19,7 @@ model:
   and q ~ U(0, 0.1);
 * 'static' (Table 4): client m keeps T_m ∈ {1, 3, …, 39} and
   1 − q_m ∈ {0.60, 0.62, …, 0.98}, the two lists assigned by independent
-  seeded permutations (the paper leaves the pairing open; spec §6 #5).
+  seeded permutations (the paper leaves the pairing open).
 """
 import ml_collections
 
@@ -48,7 +48,7 @@ def family_configs(config: ml_collections.ConfigDict,
 
 # Per dataset: data, partition, model and the paper's (or the scaled) client
 # optimiser, threshold and checkpoint cadence. LeNet-5 stands in for the
-# paper's Table-3 CNNs, which fedjax_het.models does not provide (spec §4.3).
+# paper's Table-3 CNNs, which fedjax_het.models does not provide.
 DATASETS = {
     # Scaled offline stand-in: 8×8 digits, one class per client, an MLP
     # 64-200-10 (a CNN on 8×8 digits is ~25× slower here and learns no better).

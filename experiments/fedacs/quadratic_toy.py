@@ -10,7 +10,7 @@ A client that runs its solver from X returns U_m = c_m (E_m − X), with the
 contraction c_m = 1 − (1 − η)^{T_m} for SGD (closed forms for momentum and
 FedProx in `contraction`). Any method whose expected update is
 Σ_m e_m U_m (`expected_weights`) therefore has its iterate's stationary mean
-at (spec §2.7, App. C Eq. (39))
+at (App. C Eq. (39))
 
     X̃* = Σ_m w_m E_m / Σ_m w_m,   w_m = e_m c_m,
 

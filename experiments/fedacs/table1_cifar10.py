@@ -9,10 +9,10 @@ Paper:     Table 1: rounds to 40% test accuracy FedACS 100 (6928.9 s), FedAvg 14
            accuracy (Fig. 6). Table 5 (same setting, α = 0.05/0.2/0.35): table5_cifar10.py.
            Not run here (no CIFAR-10 offline); on a GPU a few minutes per method.
 
-Setting (spec fedacs.md §4): M = 20, labels split by Dirichlet α = 0.1, K = 6 draws with replacement,
+Setting: M = 20, labels split by Dirichlet α = 0.1, K = 6 draws with replacement,
 R = 200, the paper's dynamic systems (config.systems defaults), η₁ = 0.03, batch 1024, calibration on,
 ω ∝ examples, per-channel standardised images, no augmentation. Model: LeNet-5 as the closest
-registered model to the paper's CIFAR CNN (conv32-conv32-FC256-FC64; Table 3, spec §4.3), which
+registered model to the paper's CIFAR CNN (conv32-conv32-FC256-FC64; Table 3), which
 fedjax_het.models does not provide. CINIC-10 (the third column) has no dataset source here.
 """
 from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config

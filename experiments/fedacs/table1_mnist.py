@@ -16,7 +16,7 @@ Setting (paper App. I.3): M = 20 clients, client m holding class ⌊m/2⌋ (the 
 config.systems: half the clients T ~ U{1..10}, q ~ U(0.4, 0.5), the other half T ~ U{20..30},
 q ~ U(0, 0.1), redrawn every round), T in local epochs as App. I.3.1 states (T·⌈n_m/B⌉ steps),
 η₁ = 0.02, batch 512, step-length calibration (App. I.2), ω ∝ examples. Model: LeNet-5, the
-closest registered model to the paper's PyTorch-MNIST CNN (Table 3; spec §4.3), which
+closest registered model to the paper's PyTorch-MNIST CNN (Table 3), which
 fedjax_het.models does not provide.
 """
 from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config

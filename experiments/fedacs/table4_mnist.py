@@ -9,7 +9,7 @@ Paper:     Table 4: rounds to 70% FedACS 64 (4307.7 s), FedAvg 92 (1.44×), c-a-
 
 As table1_mnist.py (same model stand-in) with the paper's static systems (App. I.3.1): client m
 keeps T_m ∈ {1, 3, …, 39} and 1 − q_m ∈ {0.60, 0.62, …, 0.98}, assigned to clients by independent
-seeded permutations (the pairing is not stated; spec §6 #5).
+seeded permutations (the pairing is not stated).
 """
 from fedacs_setup import TABLE_COLUMNS, family_configs, shared_config
 

@@ -1,4 +1,4 @@
-"""The FIARSE paper's protocol (specs/fiarse.md §3), shared by its experiments.
+"""The FIARSE paper's protocol, shared by its experiments.
 
 `paper_config` is Table 1's setting: CIFAR-10/100, CIFAR ResNet-18 with static
 BN, 100 clients with FIARSE's balanced Dirichlet(0.3) split (500 train and 100
@@ -31,7 +31,7 @@ PAPER_SEEDS = 3
 PAPER_GRID = {'client_lr': (0.1, 0.01), 'client_momentum': (0.0, 0.9)}
 FOUR_SIZES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 FIVE_SIZES = (0.04, 0.16, 0.36, 0.64, 1.0)
-# Sizes FIARSE's code evaluates for unparticipated clients (spec §2.5).
+# Sizes FIARSE's code evaluates for unparticipated clients.
 UNPARTICIPATED_SIZES = (1.0, 0.99, 0.9, 0.8, 0.75, 0.7, 0.64, 0.6, 0.5, 0.36,
                         0.25, 0.16, 0.125, 1 / 16, 0.04, 1 / 32, 1 / 64,
                         1 / 128, 1 / 256)

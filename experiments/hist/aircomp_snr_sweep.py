@@ -8,7 +8,7 @@ Size: 24 runs × 50 global rounds (FCNN); not run here (no GPU, no dataset).
 Paper (figures only): AirComp-HIST converges about as well as OMA-HIST for SNR > −10 dB and
 oscillates at −20 dB; the latency to 80% falls with the SNR for all four methods and
 AirComp-HIST is fastest at every SNR (CPUs U(2, 4) GHz in all cells). The SNR grid is not given;
-we use {−20, −10, 0, 10, 20, 30} dB (spec §7 item 14). AirComp noise is real Gaussian with
+we use {−20, −10, 0, 10, 20, 30} dB. AirComp noise is real Gaussian with
 variance MSE = 1/(SNR·g) per element (Eq. 25); --config.hierarchy.aircomp_noise=complex halves it
 (summary.json names the model). HIST uses the latency-optimal partition sizes (Fig. 7's caption).
 """

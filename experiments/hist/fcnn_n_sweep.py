@@ -5,7 +5,7 @@ Command (GPU; Fashion-MNIST prepared in TFDS's data_dir):
       --workdir runs/hist_fcnn_n --config.data_dir=DIR
 Size: 12 runs × 50 global rounds (H = 20, E = 5, 60 clients); not run here (no GPU, no dataset).
 
-Paper (figures only, spec §6.3): HIST reaches 80% with less communication than HFedAvg, and its
+Paper (figures only): HIST reaches 80% with less communication than HFedAvg, and its
 cost falls from N = 2 to 6 while HFedAvg's grows in the non-iid setting; at N = 8 HIST degrades.
 Fig. 6(c) (OMA latency to 80%): falls from N = 2 to 6 for all methods; HIST with latency-optimal
 partition sizes (Eq. 19) is fastest at every N, and HFedAvg's latency jumps at N = 8.

@@ -1,10 +1,10 @@
-"""HIST's experimental protocol (specs/hist.md §5), shared by its experiments.
+"""HIST's experimental protocol, shared by its experiments.
 
 `paper_config` is Sec. VI's setting: 60 clients in N equal cells (clients
 j·n_j … (j+1)·n_j − 1 form cell j), every client in every global round, SGD
 lr 0.01 without momentum, batch 50, uniform weights at the edge and the cloud,
 the 2-shard non-i.i.d. split of the authors' code (sort by label, 120 shards,
-2 per client). Per model (spec §5, authors' code where the paper is silent):
+2 per client). Per model (authors' code where the paper is silent):
 - 'fcnn': MLP 784-300-10 on Fashion-MNIST (238,510 params), H = 20, E = 5,
   50 global rounds;
 - 'lenet5': the code's LeNet-5 (VALID convs, 44,426 params = 0.169 MiB) on
@@ -18,7 +18,7 @@ the 2-shard non-i.i.d. split of the authors' code (sort by label, 120 shards,
 Differences from the paper: no dropout (the models have none); the paper's
 "cell-i.i.d., client-non-i.i.d." split is not a partitioner of
 `fedjax_het.data` (the `setting='iid'` variant is fully i.i.d.); the latency
-model's unstated constants are L0 = 32·d bits and log2 rates (spec §7).
+model's unstated constants are L0 = 32·d bits and log2 rates.
 
 `scaled_config` is the same protocol offline on scikit-learn's digits: an
 MLP 64-300-10 (22,510 params), 60 clients of ~24 images (2 label shards
@@ -36,7 +36,7 @@ COLUMNS = (
     ('final acc', 'final_test_accuracy'),
     ('mean acc, last 5 evals', 'mean_test_accuracy_last5'),
 )
-SNR_GRID_DB = (-20.0, -10.0, 0.0, 10.0, 20.0, 30.0)  # spec §7 item 14
+SNR_GRID_DB = (-20.0, -10.0, 0.0, 10.0, 20.0, 30.0)  # the paper's Fig. 7 range, widened
 
 _MODELS = {
     # model: (dataset, model name, options, H, rounds, target)

@@ -8,7 +8,7 @@ Size: 4 runs × 50 global rounds; not run here (no GPU, no dataset).
 Paper (figure only): per global round the optimised sizes converge slightly slower than uniform
 ones but reach 80% with clearly lower training latency (cells 1-2: 1-2 GHz and 30 dB, cells 3-4:
 2-4 GHz and 40 dB; Eq. (19) with d_j ≤ 1.5·d/N). Fig. 6's "various settings" are read as
-H ∈ {20, 40} (spec §7 item 15).
+H ∈ {20, 40}.
 """
 from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
 from hist_setup import paper_config

@@ -12,7 +12,7 @@ Paper (MB per client to reach 70% / 80%; H = 40, E = 5, 60 clients):
               non-iid N=2      non-iid N=4      cell-iid N=2     cell-iid N=4
   HIST        13.20 / 115.30   8.08 / 76.06     4.40 / 38.72     3.32 / 24.72
   HFedAvg     23.66 / 206.18   20.28 / 246.74   6.76 / 86.20     11.84 / 89.58
-The paper's MB use its own formula 0.845·(2572 + 59134/N)/61706 MB per round for HIST (spec §6.1);
+The paper's MB use its own formula 0.845·(2572 + 59134/N)/61706 MB per round for HIST;
 ours count the parameters each client actually uploads (the code's LeNet: 44,426 parameters, of
 which fc1's 120 neurons with fc2's rows, 40,920 parameters, are partitioned). Compare rounds to
 target and the HIST/HFedAvg MB ratio. 'iid' here is fully i.i.d., not the paper's cell-i.i.d.

@@ -1,4 +1,4 @@
-"""FedACS: heterogeneity-aware client sampling (Weng, Ren, Xiao, Skoglund; spec fedacs.md §2).
+"""FedACS: heterogeneity-aware client sampling (Weng, Ren, Xiao, Skoglund).
 
 Clients whose uploads often fail (q_m large) or who do little local work
 (‖a_m‖₁ small) are under-represented in FedAvg's expected update. FedACS

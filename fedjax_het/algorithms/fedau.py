@@ -3,7 +3,7 @@
 The server does not know the participation probabilities; it estimates each
 client's inverse participation rate online, as the mean of the intervals (in
 rounds) between the client's participations, and weights the client's update
-by it (spec fedacs.md §3.2 #5, following IBM/fedau's `main.py`):
+by it (following IBM/fedau's `main.py`):
 
     X ← X + Σ_{m received (once per client)} ω_m ω̂_m U_m,
     ω̂_m = mean of m's recorded intervals (1 before any is recorded).

@@ -9,7 +9,7 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
 * FSL_MC ("multiple copies"): each client has its own server copy, so the
   step above runs inside the client's program (its carry holds x_c and its
   x_s copy); the copies are FedAvg'd with the client models each round
-  (SplitFed-V1; the paper does not say, spec §3.1). This is FedAvg on the
+  (SplitFed-V1; the paper does not say). This is FedAvg on the
   composed model, computed through the cut.
 * FSL_OC ("one copy"): one server model serves every client in round-robin
   order (batch b of clients 1..K, then batch b + 1, ...), so the cohort is
@@ -17,7 +17,7 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   carrying the K client models and the server model; it does not use the
   client driver, and every backend runs the same scan. `split.clip_norm` > 0
   clips the client's and the server's gradients to that global norm (the
-  paper adds clipping without a threshold, spec §3.2).
+  paper adds clipping without a threshold).
 """
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""HIST and hierarchical FedAvg over wireless cells (Fang, Han & Brinton; specs/hist.md).
+"""HIST and hierarchical FedAvg over wireless cells (Fang, Han & Brinton).
 
 A cloud server, N edge servers (cells) and n_j clients in cell j; every client
 takes part in every global round t (Algorithm 1):
@@ -24,9 +24,9 @@ On the engine a global round is one round of the `RoundRunner`:
   returns every cell's edge model and `combine_segments` is the cloud (Eq. (7):
   each coordinate is the mean of the cells whose submodel holds it, i.e. the
   owner's value for a partitioned neuron and the mean over cells for shared
-  parameters, spec §7 item 5).
+  parameters).
 
-HFedAvg (the baseline, spec §2.3) trains the full model everywhere; HIST
+HFedAvg (the baseline) trains the full model everywhere; HIST
 trains, in every global round, fresh disjoint partitions p_j^t of the hidden
 neurons (`submodel.disjoint`), of uniform, given or latency-optimal sizes
 (`systems.partition_sizing`, Eqs. (19)/(36)).
@@ -36,7 +36,7 @@ Edge aggregation is OMA (exact, TDMA latency Eq. (17)) or AirComp
 (21), the sign the paper intends), the edge server receives the noisy mean
 δ̂_j = Σ ŵ_i δ_i + Z_j over fresh Rayleigh channels with a max-min beamformer
 (Eqs. (22)-(25)), and sets x̄_j ← x̄_j − γ·δ̂_j (Eq. (27)), so the model noise
-is γZ (spec §7 item 7). Shared parameters are sent and noised too.
+is γZ. Shared parameters are sent and noised too.
 
 Accounting per global round (`round_metrics`): summed by the trainer,
 bytes_up / bytes_down (E submodel exchanges per client), `mb_per_client`
@@ -47,7 +47,7 @@ AirComp, `aircomp_mse`, `beamformer_gain` and `beamformer_initial_gain`
 (means over cells and edge rounds). summary.json names the edge channel and
 the AirComp noise model (`summary_facts`). CPU frequencies
 F_i ~ U(range of the cell) and OMA channels h_i^t are drawn once per global
-round, AirComp channels once per edge round (spec §7 item 11).
+round, AirComp channels once per edge round.
 """
 import dataclasses
 import math

@@ -1,7 +1,7 @@
 """Baselines of FedACS that reweight the received updates: c-a-FedAvg, FedNova, OS.
 
 All three sample p = ω (OS: p ∝ ω‖U‖) and change only the aggregation
-coefficient c_k of rule (3) (spec fedacs.md §3.2):
+coefficient c_k of rule (3):
 
 - c-a-FedAvg (communication-aware FedAvg, Perazzone et al.; Eq. (113)):
   c = (ω/π)/(1 − q_m). E[update] = −η₃ Σ ω_m Δ_m: fixes the statistical
@@ -18,7 +18,7 @@ coefficient c_k of rule (3) (spec fedacs.md §3.2):
   its update, the server draws K slots with replacement from
   p_m ∝ ω_m‖U_m‖ and aggregates (1/K) Σ_{received} (ω_m/p_m) U_m: unbiased
   for Σ ω(1 − q)U (Eq. (25)), so Ω is FedAvg's; lr η₁. Computation and
-  communication are counted for the K draws only (spec §6 #11); the
+  communication are counted for the K draws only; the
   simulation trains all M clients each round.
 """
 import jax

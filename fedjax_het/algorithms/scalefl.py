@@ -10,7 +10,7 @@ to exit j (creation order = forward order, as the width layout reads it).
 
 Depth and width of a capacity γ (FIARSE does not give the split for its
 capacity sets; ScaleFL's code hard-codes depths 1–4 at widths 0.7, 0.7, 0.75,
-1 for its own four levels; specs/fiarse.md §4 proposes this reading):
+1 for its own four levels; we read it as follows):
 
     s(γ) = the smallest depth whose full-width submodel (stages and exits
            1..s) holds at least τ·γ of all parameters, τ =
@@ -26,7 +26,7 @@ and (4, 0.60) for 0.36 hold different parts of stages 1–3. The submodel
 counts every parameter it holds, earlier exits included (the client
 downloads and trains them), so `params_fraction@γ` ≤ γ.
 
-Local objective (ScaleFL code `train.py`; spec §4), for a client of depth s
+Local objective (ScaleFL code `train.py`), for a client of depth s
 with exit logits z_1..z_s:
 
     L = Σ_{j=1}^{s} j·ℓ_j / Σ_{j=1}^{s} j,    ℓ_s = CE(z_s, y),

@@ -26,7 +26,7 @@ Which batch of a block is uploaded (`split.upload_batch`: 'last', the
 authors' code, or 'first', Alg. 1's m mod h = 0) and with which client weights
 (`split.activations`: 'pre', the forward pass of the training step, or
 'post', recomputed after the step, the notation g_{x_c^{t,h}} of Eq. 11) are
-flags (the paper leaves this open, spec §6.1). The lr is
+flags (the paper leaves this open). The lr is
 η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ for x_c, a_c and x_s (Sec. V:
 0.15 decayed by 0.99 every 10 rounds on CIFAR-10).
 
@@ -315,8 +315,7 @@ class CseFsl(SplitLearning):
 
 class FslAn(CseFsl):
   """FSL_AN: CSE-FSL's client side with h = 1 and per-client server copies
-  averaged every round (Han et al. 2021; the averaging is our reading,
-  spec §3.3)."""
+  averaged every round (Han et al. 2021; the averaging is our reading)."""
 
   name = 'fsl_an'
 

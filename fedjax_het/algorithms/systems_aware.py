@@ -22,14 +22,14 @@ divided by the number of draws K, not by the number received (an empty
 receive set leaves X unchanged). The default coefficient is the importance
 weight c = ω_m/π_m with π_m = E[draws of m]/K (π = p with replacement, 1/M
 otherwise), which makes IS (p = ω, c = 1, Eq. (18)), US (c = Mω, Eq. (19)
-with |S_r| as in its derivation (24a), spec §6 #12) and full participation
+with |S_r| as in its derivation (24a)) and full participation
 (Eq. (21)) one rule. In expectation each rule moves by Σ_m e_m U_m with
 e_m = π_m (1 − q_m) c_m (`expected_weights`), so plain FedAvg minimises the
 surrogate Σ Ω_m F_m with Ω_m ∝ ω_m (1 − q_m) ‖a_m‖₁ (Eq. (6)) instead of
 Σ ω_m F_m.
 
 The importance ω_m of client m is `aggregation_weights`: 'examples' (ω ∝
-examples held, the paper's DNN runs, spec §1.1) or 'uniform' (ω = 1/M, its
+examples held, the paper's DNN runs) or 'uniform' (ω = 1/M, its
 toy problems). `client_sampling` is not used by this family.
 
 Step-length calibration (App. I.2, `fedacs.calibrate`): every round the
@@ -258,7 +258,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     """e [M] with E[(1/K) Σ_k Z_k c_k Δ_k] = Σ_m e_m Δ_m (fixed Δ_m).
 
     e_m = π_m (1 − q_m) c_m; for a quadratic it fixes the iterate's
-    stationary mean (spec §2.7).
+    stationary mean.
     """
     return (self.inclusion(rnd) * (1 - rnd.failure_prob) *
             self.client_coefficients(state, rnd))

@@ -5,7 +5,7 @@ A client of capacity γ trains the width-r sub-network, r from
 over the global model (`fedjax_het.submodel.width`); the server averages each
 entry over the clients holding it (HeteroFL's partial averaging, FIARSE
 Sec. 3). At evaluation a client of any capacity γ gets the first ⌈rC⌉
-channels of every hidden layer (for FedRolex too, specs/fiarse.md §4).
+channels of every hidden layer (for FedRolex too).
 
 - HeteroFL (Diao et al., ICLR 2021): static prefix windows; training-time
   Scaler dividing hidden outputs by r (`submodel.scaler`); use static BN.

@@ -129,7 +129,7 @@ def build_federated(dataset: ArrayDataset, *, num_clients: int, partition: str, 
     partition: a name in `PARTITIONS`; `partition_kwargs` are its options (e.g. alpha=0.3).
     seed: partition seed (the local test split uses a seed derived from it).
     local_test: also split the test set into per-client shards that follow each client's
-      *training* label distribution (FIARSE spec §7 item 9; FIARSE's code instead draws an
+      *training* label distribution (FIARSE's code instead draws an
       independent test prior, a deliberate deviation):
       - 'iid': an IID split of the test set, sizes differing by at most 1;
       - 'balanced_dirichlet': exactly n_test // num_clients examples per client, labels drawn

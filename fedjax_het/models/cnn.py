@@ -24,7 +24,7 @@ class LeNet5(nn.Module):
   * 'classic' (default): SAME then VALID, the classic MNIST LeNet. On 28x28x1: 28-28-14-10-5,
     flatten 400, 61,706 params = conv 2,572 + FC 59,134, the counts in the HIST paper [L474].
   * 'valid': VALID twice, HIST's code. On 28x28x1: 28-24-12-8-4, flatten 256, 44,426 params
-    = 0.169 MiB, the size HIST reports (specs/hist.md §5). HIST partitions fc1's outputs.
+    = 0.169 MiB, the size HIST reports. HIST partitions fc1's outputs.
   * 'same': SAME twice.
   A VALID conv on a map smaller than 5x5 runs with SAME padding and pooling keeps size-1 axes,
   so every padding works on 8x8 digits (classic: 8-8-4-4-2, flatten 64).
@@ -80,8 +80,8 @@ class SimpleCNN(nn.Module):
   conv3x3(32) - [norm] - relu - conv3x3(64) - [norm] - relu - maxpool2 - flatten - fc1(128) - relu -
   head(num_classes), VALID convs. pfl-research's dropout layers are omitted so `apply` needs no rng.
   * 32x32x3, 10 classes: 32-30-28-14, flatten 12,544, 1,626,442 params (fc1 has 1,605,760).
-  * 28x28x1, 62 classes: the EMNIST CNN of Reddi et al. used by CSE-FSL on F-EMNIST
-    (specs/csefsl.md §4.2): convs 18,816 (client part x_c) + FC 1,187,774 (server part x_s)
+  * 28x28x1, 62 classes: the EMNIST CNN of Reddi et al. used by CSE-FSL on F-EMNIST:
+    convs 18,816 (client part x_c) + FC 1,187,774 (server part x_s)
     = 1,206,590 params.
   * 8x8x1: 8-6-4-2, flatten 256.
   `norm` ('none', 'static_bn' or 'group') is applied after each conv; `conv_impl` as LeNet5's.

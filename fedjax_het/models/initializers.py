@@ -2,7 +2,7 @@
 
 FIARSE selects parameters by magnitude (top-k of |x|). A parameter that starts at exactly 0, such
 as Flax's default zero bias, sits below every positive threshold: under TCB-GD it gets a zero
-gradient and is never selected (specs/fiarse.md §7.7). The reference code relies on PyTorch's
+gradient and is never selected. The reference code relies on PyTorch's
 defaults, so every layer here uses them:
 
 * kernel ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in))  (``kaiming_uniform_(a=sqrt(5))``);

@@ -5,7 +5,7 @@ PyTorch-default init of `initializers.py`; they must be called inside an `@nn.co
 whose module becomes the layer's parent.
 
 Normalisation (`normalize`, choice `norm` in CNNs and ResNet):
-* 'static_bn': `StaticBatchNorm`, the "static BN" of HeteroFL/FIARSE (specs/fiarse.md §3.3, §7.8).
+* 'static_bn': `StaticBatchNorm`, the "static BN" of HeteroFL/FIARSE.
 * 'group': `nn.GroupNorm` with `gcd(num_groups, channels)` groups; the default `num_groups=2`
   follows the GroupNorm ResNets of FL practice (Hsieh et al. 2020) and, through the gcd, stays
   valid for any width-scaled channel count.
@@ -47,7 +47,7 @@ def resolve_conv_impl(impl: str) -> str:
 
   XLA:CPU's convolutions are slow inside loops (local steps in `lax.scan`,
   clients in `lax.map`) and vmapped convolutions become grouped convolutions
-  (PERF_NOTES.md); a matmul is fast everywhere, so on CPU 'auto' lowers
+  (README, Speed); a matmul is fast everywhere, so on CPU 'auto' lowers
   convolutions to patches + matmul. GPUs and TPUs keep their native
   convolutions (cuDNN, the MXU's conv path), which need no patch buffer.
   """
@@ -169,7 +169,7 @@ class StaticBatchNorm(nn.Module):
   ((N, H, W) for images), in training *and* evaluation; learnable `scale` (init 1) and `bias`
   (init 0); no running statistics and no mutable collections, so `apply` is pure. This is
   PyTorch's `BatchNorm2d(momentum=None, track_running_stats=False)` used by FIARSE's code and the
-  sBN of HeteroFL/FedRolex (specs/fiarse.md §3.3, §7.8). Each sample's output depends on the other
+  sBN of HeteroFL/FedRolex. Each sample's output depends on the other
   samples of its batch, including any padding rows.
   """
 

@@ -14,7 +14,7 @@ class MLP(nn.Module):
 
   Layers are named fc1..fcK for the hidden layers and `head` for the output layer.
   * hidden=(200, 200): the 784-200-200-10 benchmark MLP (199,210 params on 28x28x1).
-  * hidden=(300,): HIST's FCNN 784-300-10 (238,510 params; specs/hist.md §2.2), whose hidden
+  * hidden=(300,): HIST's FCNN 784-300-10 (238,510 params), whose hidden
     neurons are partitioned across cells.
 
   `exits=True` adds ScaleFL's early exits: after hidden layer k < K a Dense exit `exit{k}` reads

@@ -75,7 +75,7 @@ def _key_name(entry) -> str:
 def maskable_leaves(params) -> Any:
   """Pytree of bools, shaped like `params`: may a submodel method mask this leaf?
 
-  Rule (specs/fiarse.md §7.6, following FIARSE's code): every Dense/Conv `kernel` and `bias` is
+  Rule (following FIARSE's code): every Dense/Conv `kernel` and `bias` is
   maskable; normalisation parameters (StaticBatchNorm/GroupNorm `scale` and `bias`) never are, nor
   is any other leaf. A leaf belongs to a norm when a module on its path has 'norm' in its name
   (case-insensitive), which holds for every norm in this package (stem_norm, norm1,

@@ -41,7 +41,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-  """CIFAR ResNet-18 (specs/fiarse.md §3.3): NHWC images -> logits [N, num_classes].
+  """CIFAR ResNet-18: NHWC images -> logits [N, num_classes].
 
   stem_conv 3x3(64, stride 1, no bias) - stem_norm - relu (no max-pool); 4 stages of 2 BasicBlocks
   (stage{s}_block{b}) with 64, 128, 256, 512 channels and strides 1, 2, 2, 2; global average pool;
