@@ -269,7 +269,8 @@ def _train_command(argv: list[str]) -> int:
         configs, workdir, run.train,
         getattr(module, 'COLUMNS', compare.DEFAULT_COLUMNS),
         getattr(module, 'TITLE', ''), seeds=seeds, grid=grid,
-        select=getattr(module, 'SELECT', None)))
+        select=getattr(module, 'SELECT', None),
+        curves=getattr(module, 'CURVES', ())))
     print(f'outputs: {workdir}')
     return 0
   config = _overridden(experiment_config(module, config_path), overrides)

@@ -193,13 +193,17 @@ def best_cells(runs: dict[str, dict[int, dict]], select: str) -> dict[str, str]:
   return {base: label for base, (label, _) in best.items()}
 
 
+def _run_dir(workdir: str, label: str, seed: int, seeds: int) -> str:
+  return os.path.join(workdir, label, *([f'seed{seed}'] if seeds > 1 else []))
+
+
 def _train_seeds(configs, workdir, train, seeds) -> dict[str, dict[int, dict]]:
   """label → seed → summary; seeds config.seed … config.seed + seeds − 1, one run each."""
   runs = {}
   for label, config in configs.items():
     runs[label] = {}
     for seed in range(config.seed, config.seed + seeds):
-      run_dir = os.path.join(workdir, label, *([f'seed{seed}'] if seeds > 1 else []))
+      run_dir = _run_dir(workdir, label, seed, seeds)
       seeded = config.copy_and_resolve_references()
       seeded.seed = seed
       runs[label][seed] = train(seeded, run_dir)
@@ -224,6 +228,20 @@ def _plot(runs: dict[str, dict[int, dict]], columns: Sequence[Column], path: str
                         sweep_errors=sweep_errors if spread else None)
 
 
+def _plot_curves(runs: dict[str, dict[int, dict]], workdir: str, seeds: int,
+                 keys: Sequence[str], title: str) -> None:
+  """comparison_curves.png: each run's test accuracy against the running
+  totals `keys` of its metrics.jsonl (e.g. GB exchanged, communication rounds)."""
+  curves = {}
+  for label, by_seed in runs.items():
+    curves[label] = []
+    for seed in by_seed:
+      with open(os.path.join(_run_dir(workdir, label, seed, seeds), 'metrics.jsonl')) as f:
+        curves[label].append([json.loads(line) for line in f if line.strip()])
+  plots.accuracy_against_figure(curves, list(keys), title).savefig(
+      os.path.join(workdir, 'comparison_curves.png'), dpi=110)
+
+
 def _tables(runs: dict[str, dict[int, dict]], columns: Sequence[Column], seeds: int) -> str:
   """The Markdown table of `runs`: one row per label, or mean ± std and per-seed rows."""
   if seeds == 1:
@@ -236,7 +254,7 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
                    train: Callable[[ml_collections.ConfigDict, str], dict],
                    columns: Sequence[Column] = DEFAULT_COLUMNS,
                    title: str = '', seeds: int = 1, grid: dict | None = None,
-                   select: str | None = None) -> str:
+                   select: str | None = None, curves: Sequence[str] = ()) -> str:
   """Trains every config (resuming finished or partial runs) → the table.
 
   Args:
@@ -251,6 +269,8 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
     grid: key → values; every config runs at every cell (`expand_grid`) and the table opens
       with each label's best cell by the mean of `select` (default: the first accuracy
       column).
+    curves: running totals of the runs' metrics.jsonl (e.g. 'gb', 'comm_rounds', 'bytes_up')
+      to plot test accuracy against, in comparison_curves.png (none: no such plot).
 
   Returns:
     The Markdown table (with its heading), also written to comparison.md.
@@ -288,4 +308,6 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
   with open(os.path.join(workdir, 'comparison.json'), 'w') as f:
     json.dump(results, f, indent=2)
   _plot(runs, columns, os.path.join(workdir, 'comparison.png'), title, spread=seeds > 1)
+  if curves:
+    _plot_curves(runs, workdir, seeds, curves, title)
   return text

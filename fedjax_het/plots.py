@@ -77,3 +77,32 @@ def plot_comparison(bars: dict[str, list], headers: list[str],
   """`comparison_figure` as a PNG."""
   comparison_figure(bars, headers, sweeps, title, errors,
                     sweep_errors).savefig(path, dpi=110)
+
+
+def accuracy_against_figure(curves: dict[str, list[list[dict]]],
+                            keys: list[str], title: str = '') -> Figure:
+  """Test accuracy against running totals (e.g. GB exchanged, communication
+  rounds), one panel per key of the `metrics.jsonl` rows and one colour per
+  label; every run of a label (its seeds) is a line.
+
+  Args:
+    curves: label → the rows of each of its runs.
+    keys: the x-axis keys, e.g. ('gb', 'comm_rounds').
+  """
+  fig = Figure(figsize=(4.5 * len(keys) + 2, 3.8), layout='constrained')
+  axes = fig.subplots(1, len(keys), squeeze=False)[0]
+  for ax, key in zip(axes, keys):
+    for i, (label, runs) in enumerate(curves.items()):
+      for j, rows in enumerate(runs):
+        points = [(r[key], r['test_accuracy']) for r in rows if key in r]
+        if points:
+          xs, ys = zip(*points)
+          ax.plot(xs, ys, marker='.', color=f'C{i}',
+                  label=label if j == 0 else None)
+    ax.set(xlabel=key, ylabel='test accuracy', title=f'Accuracy against {key}')
+    ax.grid(alpha=0.3)
+  fig.legend(*axes[0].get_legend_handles_labels(), loc='outside right upper',
+             fontsize=8)
+  if title:
+    fig.suptitle(title)
+  return fig

@@ -4,6 +4,7 @@ import math
 import os
 import textwrap
 
+import numpy as np
 import pytest
 
 from fedjax_het import cli, compare
@@ -170,3 +171,28 @@ def test_grid_runs_every_cell_and_reports_each_methods_best_by_seed_mean(tmp_pat
     compare.expand_grid(configs, {'client_lrr': (0.1,)})
   dotted = compare.expand_grid({'x': base_config()}, {'submodel.partial_average': ('mask',)})
   assert dotted['x/submodel.partial_average=mask'].submodel.partial_average == 'mask'
+
+
+def test_curves_plot_each_runs_accuracy_against_its_running_totals(tmp_path):
+  """CURVES: one panel per running total, one line per (label, seed) run,
+  drawn from the runs' own metrics.jsonl rows."""
+  from fedjax_het import plots
+  from fedjax_het.config import base_config
+  configs = {m: base_config() for m in ('a', 'b')}
+
+  def train(config, workdir):
+    os.makedirs(workdir, exist_ok=True)
+    rows = [{'round': r, 'test_accuracy': 0.1 * r + 0.01 * config.seed,
+             'gb': 0.5 * r, 'comm_rounds': 7 * r} for r in (1, 2, 3)]
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.writelines(json.dumps(row) + '\n' for row in rows)
+    return {'final_test_accuracy': rows[-1]['test_accuracy']}
+
+  compare.run_comparison(configs, str(tmp_path), train, seeds=2,
+                         curves=('gb', 'comm_rounds'))
+  assert (tmp_path / 'comparison_curves.png').stat().st_size > 0
+  curves = {'a': [[{'test_accuracy': 0.2, 'gb': 1.0}, {'test_accuracy': 0.4, 'gb': 2.0}]] * 2}
+  fig = plots.accuracy_against_figure(curves, ['gb', 'comm_rounds'])
+  gb_axis, rounds_axis = fig.axes
+  assert len(gb_axis.lines) == 2 and not rounds_axis.lines  # no comm_rounds in these rows
+  np.testing.assert_array_equal(gb_axis.lines[0].get_xdata(), [1.0, 2.0])

@@ -24,6 +24,8 @@ from csefsl_setup import COLUMNS, family
 from fedjax_het.config import base_config
 
 TITLE = 'CSE-FSL scaled comparison: digits, 5 clients'
+# comparison_curves.png: accuracy against GB exchanged and against communication rounds.
+CURVES = ('gb', 'comm_rounds')
 
 
 def get_configs():
