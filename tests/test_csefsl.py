@@ -192,6 +192,7 @@ def interleaved_reference(method, state, data, h):
                                  max_epochs_per_batch=bound)
     return data.x[client, idx], data.y[client, idx]
 
+  @jax.jit
   def client_step(p, x, y):
     def loss(p):
       s = models.split_apply(model, p, 'client', x)
@@ -199,6 +200,7 @@ def interleaved_reference(method, state, data, h):
     (_, s), g = jax.value_and_grad(loss, has_aux=True)(p)
     return jax.tree.map(lambda a, b: a - lr * b, p, g), s
 
+  @jax.jit
   def server_step(p, s, y):
     g = jax.grad(lambda p: ce(models.split_apply(
         model, {'server': p}, 'server', s), y).mean())(p)

@@ -121,8 +121,8 @@ def test_size_cap_is_one_and_a_half_times_the_uniform_share():
   # (19c) counts parameters, shared ones included: d_j = s + k·u ≤ 1.5·(s + K·u)/N.
   cap = partition_sizing.size_cap(300, 4, 1.5, unit_params=795, shared_params=10)
   assert 10 + cap * 795 <= 1.5 * (10 + 300 * 795) / 4 < 10 + (cap + 1) * 795
-  many_shared = partition_sizing.size_cap(300, 4, 1.5, unit_params=10, shared_params=3000)
-  assert many_shared == 97 < 112  # (1.5·6000/4 − 3000)/10 = 97.5: shared params use the budget
+  many_shared = partition_sizing.size_cap(300, 4, 1.5, unit_params=10, shared_params=500)
+  assert many_shared == 81 < 112  # (1.5·3500/4 − 500)/10 = 81.25: shared params use the budget
   with pytest.raises(ValueError, match='no partition of 10 neurons into 4'):
     partition_sizing.size_cap(10, 4, 0.5)
   with pytest.raises(ValueError, match='cannot be split into 4 cells'):
