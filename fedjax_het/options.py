@@ -83,15 +83,17 @@ def finite(key: str, value) -> None:
     raise ConfigError(f'{key} must be a finite number, got {value!r}.')
 
 
-def in_range(low: float, high: float, *, closed_high: bool = True) -> Check:
-  """A check that the value lies in [low, high] (or [low, high))."""
-  bracket = ']' if closed_high else ')'
+def in_range(low: float, high: float, *, closed_low: bool = True,
+             closed_high: bool = True) -> Check:
+  """A check that the value lies in [low, high], or the interval with an
+  open end where `closed_low` / `closed_high` is False."""
+  left, right = '[' if closed_low else '(', ']' if closed_high else ')'
 
   def check(key: str, value) -> None:
-    ok = _is_number(value) and low <= value and (
-        value <= high if closed_high else value < high)
+    ok = _is_number(value) and (low <= value if closed_low else low < value) \
+        and (value <= high if closed_high else value < high)
     if not ok:
-      raise ConfigError(f'{key} must be in [{low:g}, {high:g}{bracket}, got '
+      raise ConfigError(f'{key} must be in {left}{low:g}, {high:g}{right}, got '
                         f'{value!r}.')
 
   return check

@@ -58,11 +58,6 @@ def _capacities_in_unit_interval(key: str, value) -> None:
     raise ConfigError(f'{key} must lie in (0, 1], got {tuple(value)}.')
 
 
-def _depth_tolerance(key: str, value) -> None:
-  if not 0 < value <= 1:
-    raise ConfigError(f'{key} must be in (0, 1], got {value!r}.')
-
-
 @dataclasses.dataclass(frozen=True)
 class SubmodelOptions(OptionGroup):
   """`config.submodel`: FIARSE, HeteroFL, FedRolex, FjORD, ScaleFL, ..."""
@@ -103,7 +98,8 @@ class SubmodelOptions(OptionGroup):
       check=_capacities_in_unit_interval)
   scalefl_depth_tolerance: float = option(
       0.8, 'ScaleFL: depth s(γ) is the shallowest whose full-width submodel '
-      'holds ≥ this·γ of the parameters', check=_depth_tolerance)
+      'holds ≥ this·γ of the parameters',
+      check=in_range(0, 1, closed_low=False))
   scalefl_kd_weight: float = option(
       0.05, 'ScaleFL: weight g of the self-distillation term',
       check=in_range(0, 1))
