@@ -1,9 +1,12 @@
 """Small federations and models shared by the engine tests."""
+import chex
 import jax
 import numpy as np
 
 from fedjax_het import models
 from fedjax_het.algorithms import FedAvg
+from fedjax_het.checkpoint import RunCheckpoints
+from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.config import base_config
 from fedjax_het.data import FederatedData
 
@@ -41,3 +44,35 @@ def tiny_fedavg(config=None, data=None, seed=0):
   params = models.init_params(model, jax.random.PRNGKey(seed), data.x.shape[2:])
   algorithm = FedAvg(config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(seed + 1)), data
+
+
+def run_every_backend(build, rounds, backends=('vmap', 'map', 'sequential')):
+  """[(final params, train losses)] of `build()`'s (algorithm, state, data)
+  run for `rounds` rounds under each backend."""
+  results = []
+  for backend in backends:
+    algorithm, state, data = build()
+    state, metrics = RoundRunner(algorithm, backend).run(state, data, rounds)
+    results.append((state.params, metrics['train_loss']))
+  return results
+
+
+def assert_backends_agree(results, rtol=1e-5, atol=1e-6):
+  """Every backend's params and losses equal the first's (float tolerance)."""
+  for params, loss in results[1:]:
+    chex.assert_trees_all_close(params, results[0][0], rtol=rtol, atol=atol)
+    np.testing.assert_allclose(loss, results[0][1], rtol=rtol)
+
+
+def checkpoint_round_trip(directory: str, round_index: int, state, like,
+                          host=None):
+  """(state, host) saved as round `round_index` in `directory` and read back
+  onto the structure of `like`, each through its own `RunCheckpoints`."""
+  checkpoints = RunCheckpoints(directory, 2)
+  checkpoints.save(round_index, state, {} if host is None else host)
+  checkpoints.close()
+  checkpoints = RunCheckpoints(directory, 2)
+  try:
+    return checkpoints.restore(round_index, like)
+  finally:
+    checkpoints.close()

@@ -9,11 +9,12 @@ import pytest
 
 from fedjax_het import algorithms, models
 from fedjax_het.algorithms import split_accounting as accounting
-from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.config import base_config
 from fedjax_het.core import RoundRunner, batching
 from fedjax_het.data import FederatedData, augment
 from fedjax_het.options import ConfigError
+from engine_utils import (assert_backends_agree, checkpoint_round_trip,
+                          run_every_backend)
 
 CLIENTS, EXAMPLES, SHAPE = 3, 20, (8, 8, 1)
 
@@ -289,14 +290,8 @@ def test_fsl_oc_clipping_bounds_the_first_server_step():
 # ---- backends and resume -------------------------------------------------------
 @pytest.mark.parametrize('name', ['cse_fsl', 'fsl_oc'])
 def test_backends_agree(name):
-  results = []
-  for backend in ('vmap', 'map', 'sequential'):
-    method, state, data = build(name, upload_every=2, server_order='random')
-    state, metrics = RoundRunner(method, backend).run(state, data, 1)
-    results.append((state.params, metrics['train_loss']))
-  for params, loss in results[1:]:
-    chex.assert_trees_all_close(params, results[0][0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(loss, results[0][1], rtol=1e-5)
+  assert_backends_agree(run_every_backend(
+      lambda: build(name, upload_every=2, server_order='random'), 1))
 
 
 def test_resume_is_bit_exact(tmp_path):
@@ -304,15 +299,10 @@ def test_resume_is_bit_exact(tmp_path):
                               lr_decay=0.5, lr_decay_every=1)
   runner = RoundRunner(method, 'vmap')
   half, _ = runner.run(state, data, 2)
-  checkpoints = RunCheckpoints(str(tmp_path), 2)
-  checkpoints.save(2, half, {})
-  checkpoints.close()
-  straight, _ = runner.run(half, data, 2)   # the same chunks, uninterrupted
   method, fresh, data = build(upload_every=2, server_order='random',
                               lr_decay=0.5, lr_decay_every=1)
-  checkpoints = RunCheckpoints(str(tmp_path), 2)
-  restored, _ = checkpoints.restore(2, fresh)
-  checkpoints.close()
+  restored, _ = checkpoint_round_trip(str(tmp_path), 2, half, fresh)
+  straight, _ = runner.run(half, data, 2)   # the same chunks, uninterrupted
   resumed, _ = RoundRunner(method, 'vmap').run(restored, data, 2)
   assert int(resumed.round) == 4
   chex.assert_trees_all_equal(resumed.params, straight.params)

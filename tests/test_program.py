@@ -7,11 +7,11 @@ import optax
 import pytest
 
 from fedjax_het.algorithms import FedAvg
-from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core import aggregation, backends, program
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
-from engine_utils import tiny_data, tiny_fedavg
+from engine_utils import (assert_backends_agree, checkpoint_round_trip,
+                          run_every_backend, tiny_data, tiny_fedavg)
 
 BACKENDS = ('vmap', 'map', 'sequential')
 
@@ -270,15 +270,11 @@ class TwoPassFedAvg(FedAvg):
 
 
 def test_clients_scan_gives_the_same_result_under_every_backend():
-  results = []
-  for backend in BACKENDS:
+  def build():
     base, state, data = tiny_fedavg()
-    algorithm = TwoPassFedAvg(base.config, base.model, data)
-    state, metrics = RoundRunner(algorithm, backend).run(state, data, 2)
-    results.append((state.params, metrics['train_loss']))
-  for params, loss in results[1:]:
-    chex.assert_trees_all_close(params, results[0][0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(loss, results[0][1], rtol=1e-5)
+    return TwoPassFedAvg(base.config, base.model, data), state, data
+
+  assert_backends_agree(run_every_backend(build, 2, BACKENDS))
 
 
 def test_per_client_state_survives_checkpoint_and_resume(tmp_path):
@@ -287,13 +283,9 @@ def test_per_client_state_survives_checkpoint_and_resume(tmp_path):
       jax.tree.map(jnp.copy, state), data, 4)
   runner = RoundRunner(algorithm, 'vmap')
   half, _ = runner.run(state, data, 2)
-  checkpoints = RunCheckpoints(str(tmp_path), 2)
-  checkpoints.save(2, half, {'note': 1})
-  checkpoints.close()
   algorithm, fresh, data = counting()
-  checkpoints = RunCheckpoints(str(tmp_path), 2)
-  restored, host = checkpoints.restore(2, fresh)
-  checkpoints.close()
+  restored, host = checkpoint_round_trip(str(tmp_path), 2, half, fresh,
+                                         {'note': 1})
   assert host == {'note': 1}
   resumed, _ = RoundRunner(algorithm, 'vmap').run(restored, data, 2)
   chex.assert_trees_all_equal(resumed.clients, straight.clients)
