@@ -50,7 +50,8 @@ def test_full_width_full_depth_is_the_full_model():
     assert cost.params_frozen == 0
     assert cost.params_trainable == vc.model_params(shape)
     assert cost.trainable_flops == vc.forward_flops(shape)
-    assert cost.download_bytes == cost.upload_bytes == 4 * vc.model_params(shape)
+    assert cost.download_bytes == 4 * vc.model_params(shape)
+    assert cost.upload_bytes == 4 * vc.model_params(shape)
 
 
 def test_costs_grow_with_width_and_depth():

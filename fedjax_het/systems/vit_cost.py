@@ -1,6 +1,7 @@
-"""Analytic costs of ViT clients (Co-S²P, FedRolex, FedAvg): parameters, FLOPs, bytes, memory, round time.
+"""Analytic ViT client costs: parameters, FLOPs, bytes, memory and round time.
 
-Host-side numpy/integer arithmetic for any pre-norm ViT (`ViTShape`): the
+Co-S²P windows, FedRolex and FedAvg clients on the paper's Jetson boards.
+Host-side integer arithmetic (no JAX) for any pre-norm ViT (`ViTShape`): the
 paper's three (Tab. 4, `PAPER_VITS`) and the library's small scaled ones.
 
 Model. T = (image/patch)² + 1 tokens (with CLS), head dim hd = D/H. A block
@@ -49,7 +50,6 @@ training FLOP/s (default 15e12 · TOPS / 275, `DEVICE_TYPES`).
 """
 import dataclasses
 import math
-from typing import Callable
 
 from fedjax_het.options import (ConfigError, in_range, is_bool,
                                 non_negative_int, positive, positive_int)
@@ -69,7 +69,7 @@ def _floor(x: float) -> int:
   return math.floor(x + 1e-9)
 
 
-# ---- shapes ---------------------------------------------------------------------
+# ---- shapes ------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ViTShape:
   """A pre-norm ViT: `depth` blocks of width `hidden`, MLP `mlp`, `heads` heads."""
@@ -133,14 +133,15 @@ class Width:
 
   def units(self, shape: ViTShape) -> tuple[int, int, int, int]:
     """Kept (heads h, out-proj rows o, fc1 rows f, fc2 rows g): ⌈rate·K⌉."""
-    return (_ceil(self.heads * shape.heads), _ceil(self.attn_out * shape.hidden),
-            _ceil(self.fc1 * shape.mlp), _ceil(self.fc2 * shape.hidden))
+    return (_ceil(self.heads * shape.heads),
+            _ceil(self.attn_out * shape.hidden), _ceil(self.fc1 * shape.mlp),
+            _ceil(self.fc2 * shape.hidden))
 
 
 FULL = Width()
 
 
-# ---- parameters, FLOPs, activations ---------------------------------------------
+# ---- parameters, FLOPs, activations ------------------------------------------
 def embedding_params(shape: ViTShape) -> int:
   """Patch projection (C·p²·D + D), CLS token (D), positions (T·D)."""
   d = shape.hidden
@@ -198,7 +199,7 @@ def block_units(shape: ViTShape) -> int:
   return shape.heads + 2 * shape.hidden + shape.mlp
 
 
-# ---- submodels and their costs --------------------------------------------------
+# ---- submodels and their costs -----------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Submodel:
   """A client's window of the model.
@@ -334,7 +335,7 @@ def fedrolex_submodel(shape: ViTShape, budget: float,
                   train_embedding=True)
 
 
-# ---- devices ----------------------------------------------------------------------
+# ---- devices -----------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class DeviceProfile:
   """A client device: memory (bytes), INT8 TOPS and effective training FLOP/s."""
@@ -360,7 +361,7 @@ DEVICE_TYPES = {
 
 
 def device(name: str, speeds: dict[str, float] | None = None) -> DeviceProfile:
-  """The profile of a device type, its speed replaced by `speeds[name]` if given."""
+  """A device type's profile, its speed replaced by `speeds[name]` if given."""
   for key in [name, *(speeds or {})]:
     if key not in DEVICE_TYPES:
       raise ConfigError(f'unknown device type {key!r}; known types are '
@@ -408,7 +409,7 @@ def round_seconds(shape: ViTShape, sub: Submodel, device_profile: DeviceProfile,
   return comm + flops / device_profile.speed
 
 
-# ---- the paper's experiments -------------------------------------------------------
+# ---- the paper's experiments -------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ClientSpec:
   """One client of Tab. 6/7: device type, dataset size, budget R_n, batch B_n."""
@@ -424,7 +425,7 @@ class ClientSpec:
 
 @dataclasses.dataclass(frozen=True)
 class PaperExperiment:
-  """E1–E3: model, clients, μ, T_clk (s), E, Q̂, Ê and the paper's RU (%, Tab. 1/2)."""
+  """E1–E3: model, clients, μ, T_clk (s), E, Q̂, Ê, the paper's RU (%, Tab. 1/2)."""
   model: str
   clients: tuple[ClientSpec, ...]
   mu: float
@@ -508,7 +509,8 @@ def method_submodel(experiment: PaperExperiment, method: str, client: int,
 
 
 def method_round_seconds(experiment: PaperExperiment, method: str, client: int,
-                         round_index: int, speeds: dict[str, float] | None = None,
+                         round_index: int,
+                         speeds: dict[str, float] | None = None,
                          bandwidth_bps: float = 1e9) -> float:
   """T_n(q) of a client under `method`; Co-S²P learns masks in rounds q < Q̂."""
   spec = experiment.clients[client]
@@ -609,7 +611,7 @@ class DeviceComparison:
 
   @property
   def time_change(self) -> float:
-    """Co-S²P's time per round (after the mask phase) relative to FedRolex's, %."""
+    """Co-S²P's time per round after the mask phase relative to FedRolex's, %."""
     return 100 * (self.cos2p_seconds / self.fedrolex_seconds - 1)
 
 
