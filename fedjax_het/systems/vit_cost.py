@@ -1,7 +1,7 @@
 """Analytic ViT client costs: parameters, FLOPs, bytes, memory and round time.
 
-Co-S²P windows, FedRolex and FedAvg clients on the paper's Jetson boards.
-Host-side integer arithmetic (no JAX) for any pre-norm ViT (`ViTShape`): the
+Co-S²P windows, FedRolex and FedAvg clients on the paper's Jetson boards, in
+host-side integer arithmetic (no JAX), for any pre-norm ViT (`ViTShape`): the
 paper's three (Tab. 4, `PAPER_VITS`) and the library's small scaled ones.
 
 Model. T = (image/patch)² + 1 tokens (with CLS), head dim hd = D/H. A block
