@@ -15,28 +15,63 @@ import optax
 PyTree = Any
 
 
-def _batch_totals(apply_fn, params, xs, ys, valid):
-  """Correct predictions and summed loss over the valid rows of [nb, B] batches."""
+def _batch_totals(apply_fn, params, xs, ys, valid, extended: bool = False):
+  """Sums over the valid rows of [nb, B] batches: correct predictions and
+  loss; with `extended`, also top-5 hits and the per-class counts of true
+  positives, predictions and labels (float [C] each) for the F1 score."""
 
   def one_batch(batch):
     xb, yb, vb = batch
     logits = apply_fn(params, xb)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
-    correct = jnp.argmax(logits, -1) == yb
-    return jnp.sum(jnp.where(vb, correct, 0)), jnp.sum(jnp.where(vb, loss, 0))
+    predicted = jnp.argmax(logits, -1)
+    sums = {'correct': jnp.sum(jnp.where(vb, predicted == yb, 0)),
+            'loss': jnp.sum(jnp.where(vb, loss, 0))}
+    if extended:
+      k = min(5, logits.shape[-1])
+      top = jax.lax.top_k(logits, k)[1]
+      sums['top5'] = jnp.sum(jnp.where(vb, jnp.any(top == yb[:, None], -1), 0))
+      classes = jnp.arange(logits.shape[-1])
+      hit = (predicted == yb) & vb
+      sums['tp'] = jnp.sum(jnp.where(hit[:, None], yb[:, None] == classes, 0),
+                           0)
+      sums['predicted'] = jnp.sum(
+          jnp.where(vb[:, None], predicted[:, None] == classes, 0), 0)
+      sums['actual'] = jnp.sum(
+          jnp.where(vb[:, None], yb[:, None] == classes, 0), 0)
+    return sums
 
-  correct, loss = jax.lax.map(one_batch, (xs, ys, valid))
-  return correct.sum(), loss.sum()
+  return jax.tree.map(lambda x: x.sum(0), jax.lax.map(one_batch,
+                                                      (xs, ys, valid)))
+
+
+def _metrics(totals: dict, n) -> dict:
+  """accuracy and loss (and top5_accuracy, f1_weighted) from `_batch_totals`.
+
+  Weighted F1 = Σ_c (support_c / n) · 2·TP_c / (predicted_c + support_c),
+  scikit-learn's 'weighted' average (a class never predicted nor present
+  scores 0 and weighs 0).
+  """
+  out = {'accuracy': totals['correct'] / n, 'loss': totals['loss'] / n}
+  if 'tp' in totals:
+    out['top5_accuracy'] = totals['top5'] / n
+    denominator = totals['predicted'] + totals['actual']
+    f1 = jnp.where(denominator > 0, 2.0 * totals['tp'] /
+                   jnp.maximum(denominator, 1), 0.0)
+    out['f1_weighted'] = jnp.sum(f1 * totals['actual']) / n
+  return out
 
 
 def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
-                   y: np.ndarray, batch_size: int) -> Callable[[PyTree], dict]:
+                   y: np.ndarray, batch_size: int, *,
+                   extended: bool = False) -> Callable[[PyTree], dict]:
   """Builds `evaluate(params) -> {'accuracy', 'loss'}` for one dataset.
 
   Args:
     apply_fn: `apply_fn(params, x_batch) -> logits [B, num_classes]`.
     x: [n, ...] inputs; y: [n] int labels (kept on device).
     batch_size: evaluation batch size (clipped to n).
+    extended: also 'top5_accuracy' and 'f1_weighted' (`_metrics`).
   """
   n = int(x.shape[0])
   if n == 0:
@@ -50,8 +85,8 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
 
   @jax.jit
   def evaluate_batches(params, xs, ys, valid):
-    correct, loss = _batch_totals(apply_fn, params, xs, ys, valid)
-    return {'accuracy': correct / n, 'loss': loss / n}
+    return _metrics(_batch_totals(apply_fn, params, xs, ys, valid, extended),
+                    n)
 
   # The arrays are arguments, not closures: jit must not bake them in.
   return lambda params: evaluate_batches(params, xs, ys, valid)
@@ -66,20 +101,24 @@ def concatenated_shards(data) -> tuple[np.ndarray, np.ndarray]:
           np.concatenate([y[c, :n] for c, n in enumerate(counts)]))
 
 
-def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
-                          batch_size: int) -> Callable[..., dict]:
-  """Per-client evaluation on local test shards, each with its own model.
+def make_personal_evaluator(apply_fn: Callable[..., jax.Array], data,
+                            batch_size: int, *, extended: bool = False
+                            ) -> Callable[..., dict]:
+  """Per-client evaluation on local test shards, each with a model of its own.
 
-  Builds `evaluate(stacked_params, model_of_client) -> {'accuracy', 'loss'}`
-  with float [M] per-client values: client c is evaluated with the models'
-  entry `model_of_client[c]` of `stacked_params` (leaves [L, ...]), e.g. the
-  submodel of its capacity. Each shard is cut into batches of `batch_size`
-  that wrap around the client's own rows, as `make_evaluator` does.
+  Builds `evaluate(shared, rows) -> metrics` with float [M] values per
+  client (`make_evaluator`'s names): client c's logits are
+  `apply_fn(shared, row_c, x_batch)` where `row_c` is row c of `rows`
+  (leaves [M, ...], e.g. personalised masks and heads) and `shared` is the
+  same for all (e.g. the global params). Each shard is cut into batches of
+  `batch_size` that wrap around the client's own rows, as `make_evaluator`
+  does.
 
   Args:
-    apply_fn: `apply_fn(params, x_batch) -> logits`.
+    apply_fn: `apply_fn(shared, row, x_batch) -> logits`.
     data: `FederatedData` of the local test shards (x [M, N, ...], y, counts).
     batch_size: evaluation batch size (clipped to the longest shard).
+    extended: also 'top5_accuracy' and 'f1_weighted'.
   """
   counts = np.asarray(data.counts)
   if counts.min() < 1:
@@ -92,19 +131,39 @@ def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
   counts = jnp.asarray(counts, jnp.int32)
 
   @jax.jit
-  def evaluate_clients(stacked_params, model_of_client, x, y, counts):
+  def evaluate_clients(shared, rows, x, y, counts):
 
     def one_client(c):
-      params = jax.tree.map(lambda p: p[model_of_client[c]], stacked_params)
-      rows = positions % counts[c]
+      row = jax.tree.map(lambda r: r[c], rows)
+      rows_c = positions % counts[c]
       valid = (positions < counts[c]).reshape(num_batches, batch_size)
-      xs = x[c, rows].reshape((num_batches, batch_size) + x.shape[2:])
-      ys = y[c, rows].reshape(num_batches, batch_size)
-      correct, loss = _batch_totals(apply_fn, params, xs, ys, valid)
-      return correct / counts[c], loss / counts[c]
+      xs = x[c, rows_c].reshape((num_batches, batch_size) + x.shape[2:])
+      ys = y[c, rows_c].reshape(num_batches, batch_size)
+      totals = _batch_totals(lambda p, xb: apply_fn(shared, p, xb), row, xs,
+                             ys, valid, extended)
+      return _metrics(totals, counts[c])
 
-    accuracy, loss = jax.lax.map(one_client, jnp.arange(counts.shape[0]))
-    return {'accuracy': accuracy, 'loss': loss}
+    return jax.lax.map(one_client, jnp.arange(counts.shape[0]))
 
-  return lambda stacked_params, model_of_client: evaluate_clients(
-      stacked_params, jnp.asarray(model_of_client, jnp.int32), x, y, counts)
+  return lambda shared, rows: evaluate_clients(shared, rows, x, y, counts)
+
+
+def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
+                          batch_size: int) -> Callable[..., dict]:
+  """Per-client evaluation on local test shards with one of several models.
+
+  Builds `evaluate(stacked_params, model_of_client) -> {'accuracy', 'loss'}`
+  with float [M] per-client values: client c is evaluated with the models'
+  entry `model_of_client[c]` of `stacked_params` (leaves [L, ...]), e.g. the
+  submodel of its capacity (`make_personal_evaluator` with the stack shared).
+
+  Args:
+    apply_fn: `apply_fn(params, x_batch) -> logits`.
+    data: `FederatedData` of the local test shards (x [M, N, ...], y, counts).
+    batch_size: evaluation batch size (clipped to the longest shard).
+  """
+  evaluate = make_personal_evaluator(
+      lambda stacked, model, xb: apply_fn(
+          jax.tree.map(lambda p: p[model], stacked), xb), data, batch_size)
+  return lambda stacked_params, model_of_client: evaluate(
+      stacked_params, jnp.asarray(model_of_client, jnp.int32))

@@ -343,7 +343,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = make_runner(config, algorithm)
   state = runner.place(state)
-  evaluate = algorithm.evaluator(split)
+  evaluate = algorithm.state_evaluator(split)
   train_data = runner.place(split.train.to_device())
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
@@ -357,7 +357,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
 
   def log_evaluation() -> dict:
     row = evaluation_row(round_index, host,
-                         jax.device_get(evaluate(state.params)))
+                         jax.device_get(evaluate(state)))
     log.append(row)
     return row
 

@@ -1,5 +1,6 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.algorithms.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
 from fedjax_het.algorithms.fedavg import FedAvg
 from fedjax_het.algorithms.fedacs import FEDACS_FAMILY as FEDACS_FAMILY
 from fedjax_het.algorithms.fedacs import FedACS
@@ -18,7 +19,8 @@ ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
     cls.name: cls for cls in (
         FedAvg, Fiarse, FiarseLayerwise, PruningGreedy, HeteroFL, FedRolex,
         FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
-        OptimalSampling, HIST, HFedAvg, CseFsl, FslAn, FslMc, FslOc)
+        OptimalSampling, HIST, HFedAvg, CseFsl, FslAn, FslMc, FslOc, Cos2p,
+        FedAvgFull, FedRolexVit, RamFed)
 }
 
 

@@ -147,7 +147,8 @@ class FederatedAlgorithm:
         self.program_loss, self.client_optimizer(),
         num_steps=self.max_local_steps(), batch_size=self.config.batch_size,
         augment=augment.get_augmentation(self.config.augment),
-        scan_unroll=self.config.scan_unroll, step_mask=self.step_mask)
+        scan_unroll=self.config.scan_unroll,
+        step_mask=lambda local, plan: self.step_mask(local.params, plan))
 
   def step_mask(self, params: PyTree, plan: ClientPlan) -> PyTree:
     """The mask of a local step's gradient and update, given the params
@@ -222,6 +223,12 @@ class FederatedAlgorithm:
     keys = jax.vmap(jax.random.fold_in)(per_client,
                                         occurrence_index(client_ids))
     return self.plan_clients(state, client_ids, keys)
+
+  def round_inputs(self, first: int, count: int) -> PyTree:
+    """Host-made inputs of rounds [first, first + count) (leaves [count, ...]),
+    the `inputs` of `plan_round`; None (default): plans need none."""
+    del first, count
+    return None
 
   # ---- round phase 2: local training ---------------------------------------
   def program_client_state(self, state: ServerState,
@@ -379,6 +386,13 @@ class FederatedAlgorithm:
     return evaluation.make_evaluator(
         lambda p, x: self.model.apply({'params': p}, transform(x)), split.test_x,
         split.test_y, self.config.eval_batch_size)
+
+  def state_evaluator(self, split) -> Callable[[ServerState], dict]:
+    """`evaluate(state) -> scalars` the trainer logs: by default the
+    `evaluator` on the global params; a method whose clients evaluate their
+    own (personalised) models reads `state.clients` too."""
+    evaluate = self.evaluator(split)
+    return lambda state: evaluate(state.params)
 
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:

@@ -208,16 +208,17 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
                 augment: Callable[[jax.Array, jax.Array], jax.Array]
                 | None = None, emit_every: int = 0, scan_unroll: int = 1,
                 active_steps: Callable[[ClientPlan], jax.Array] = _all_steps,
-                step_mask: Callable[[PyTree, ClientPlan], PyTree] | None = None
-                ) -> ClientProgram:
+                step_mask: Callable[[LocalModel, ClientPlan], PyTree]
+                | None = None) -> ClientProgram:
   """Optax steps on the trainable part of the `LocalModel`.
 
   Each step: x ← augment(x) (a key of its own), g = ∇ loss on the trainable
   leaves, masked by `plan.mask` (on the params), and one step of
   `make_optimizer(plan.lr)` whose update is masked again (so momentum or
   weight decay cannot move entries outside the submodel). With `step_mask`,
-  `step_mask(params, plan)` (the params before the step) replaces `plan.mask`
-  at every step, e.g. a submodel that changes within the round. Leaves outside
+  `step_mask(local, plan)` (the `LocalModel` before the step) replaces
+  `plan.mask` at every step, e.g. a submodel that changes within the round or
+  one read from the client's state. Leaves outside
   `trainable` are forward-only: bit-identical after the program, with no
   optimiser state.
 
@@ -231,16 +232,19 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
     trainable: which leaves of the `LocalModel` are trained
       (`trainable_predicate`; default all of `params`).
     augment: optional `augment(key, x_batch) -> x_batch`.
-    step_mask: optional `step_mask(params, plan) -> mask pytree` of a step.
+    step_mask: optional `step_mask(local, plan) -> mask pytree` (like the
+      params) of a step.
   """
   is_trained = trainable_predicate(trainable)
 
   def trained_mask(carry, plan):
-    mask = (plan.mask if step_mask is None else
-            step_mask(combine(carry.trained, carry.frozen).params, plan))
+    local = combine(carry.trained, carry.frozen)
+    mask = plan.mask if step_mask is None else step_mask(local, plan)
     if mask is None:
       return None
-    mask, _ = partition(LocalModel(mask, None), is_trained)
+    # The client state is never masked: a mask of Nones shaped like it.
+    unmasked = jax.tree.map(lambda _: None, local.client_state)
+    mask, _ = partition(LocalModel(mask, unmasked), is_trained)
     return mask
 
   def init(start, plan):

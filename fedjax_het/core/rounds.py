@@ -46,6 +46,9 @@ class RoundAlgorithm(Protocol):
                   clients: backends.Clients) -> ClientOutput:
     ...
 
+  def round_inputs(self, first: int, count: int) -> PyTree:
+    ...
+
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, Metrics]:
     ...
@@ -119,8 +122,12 @@ class RoundRunner:
       data: the federated data.
       num_rounds: rounds to run (compiled into one scan).
       inputs: per-round inputs with a leading [num_rounds] axis (each round's
-        `plan_round` gets its row), or None.
+        `plan_round` gets its row); None: the algorithm's own
+        (`round_inputs(first_round, num_rounds)`, e.g. a virtual clock's
+        schedule; None for most methods).
     """
+    if inputs is None:
+      inputs = self.algorithm.round_inputs(int(state.round), num_rounds)
     state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
       return self._compiled_chunk(num_rounds)(state, data, inputs)

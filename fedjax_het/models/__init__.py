@@ -13,6 +13,7 @@ from fedjax_het.models.mlp import MLP
 from fedjax_het.models.registry import MODELS, create_model, init_params, maskable_leaves
 from fedjax_het.models.resnet import BasicBlock, ResNet18
 from fedjax_het.models.split import SplitModel, is_split, split_apply
+from fedjax_het.models.vit import ViT
 
 __all__ = [
     'BasicBlock',
@@ -32,4 +33,5 @@ __all__ = [
     'torch_bias_init',
     'torch_kernel_init',
     'uniform_bound',
+    'ViT',
 ]

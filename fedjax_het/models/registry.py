@@ -11,6 +11,7 @@ from fedjax_het.models.cnn import LeNet5, SimpleCNN
 from fedjax_het.models.mlp import MLP
 from fedjax_het.models.resnet import ResNet18
 from fedjax_het.models.split import SplitCifarCNN, SplitEmnistCNN, SplitLeNet5
+from fedjax_het.models.vit import VIT_PRESETS, ViT
 
 _CLASSES = {
     'mlp': MLP,
@@ -20,6 +21,8 @@ _CLASSES = {
     'split_cifar_cnn': SplitCifarCNN,
     'split_emnist_cnn': SplitEmnistCNN,
     'split_lenet5': SplitLeNet5,
+    'vit': ViT,
+    **{preset: ViT for preset in VIT_PRESETS},
 }
 MODELS = tuple(_CLASSES)
 
@@ -33,7 +36,9 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   Options: mlp(hidden, exits), lenet5(padding, norm, num_groups, exits, conv_impl),
   simple_cnn(norm, num_groups, conv_impl), resnet18(width, norm, num_groups, exits, conv_impl);
   split models (models/split.py): split_cifar_cnn(cut, aux, aux_channels, pool),
-  split_emnist_cnn(cut, aux, aux_channels, conv_relu), split_lenet5(cut, aux, aux_channels).
+  split_emnist_cnn(cut, aux, aux_channels, conv_relu), split_lenet5(cut, aux, aux_channels);
+  vit(depth, hidden, mlp, heads, patch) and its presets vit_tiny, vit_base, vit_base_ext (the
+  paper sizes of Co-S²P, `models.vit.VIT_PRESETS`; options override them).
   `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
   (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
   classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits
@@ -56,7 +61,7 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   if missing:
     raise ValueError(f'Model {name!r} requires option(s) {", ".join(missing)}.')
   kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-  return cls(num_classes=num_classes, **kwargs)
+  return cls(num_classes=num_classes, **{**VIT_PRESETS.get(name, {}), **kwargs})
 
 
 def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) -> dict:
