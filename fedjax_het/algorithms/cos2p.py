@@ -553,8 +553,9 @@ class Cos2p(FederatedAlgorithm):
       update = self.staleness_weighted(state, plans, delta, units, active)
     params = jax.tree.map(jnp.add, state.params, update)
     past = state.extras['past']
-    past = jax.tree.map(lambda p, h: jnp.concatenate([p[None], h[:-1]]),
-                        state.params, past)
+    past = jax.tree.map(
+        lambda p, h: jnp.concatenate([p[None], h])[:h.shape[0]],
+        state.params, past)
     return state.replace(params=params, extras={'past': past},
                          clients=self.next_clients(state, plans, outputs))
 
