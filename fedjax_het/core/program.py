@@ -315,14 +315,14 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
     loss_sum = loss_sum + jnp.where(active, loss, 0.0)
     return (carry, loss_sum), (output, active)
 
-  state = (program.init(start, plan), jnp.zeros((), jnp.float32))
-  h = program.emit_every
-  emitted = emitted_active = None
-  if h == 0:
-    state, _ = jax.lax.scan(lambda c, s: (one_step(c, s)[0], None), state,
-                            jnp.arange(program.num_steps),
-                            unroll=program.scan_unroll)
-  else:
+  def run_steps(state):
+    """The phase's scan(s): (state, emitted, emitted_active)."""
+    h = program.emit_every
+    if h == 0:
+      state, _ = jax.lax.scan(lambda c, s: (one_step(c, s)[0], None), state,
+                              jnp.arange(program.num_steps),
+                              unroll=program.scan_unroll)
+      return state, None, None
     # Blocks of h steps keep their last step's output; the trailing
     # num_steps mod h steps train and emit nothing.
     blocks = program.num_steps // h
@@ -338,6 +338,20 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
     if tail.size:
       state, _ = jax.lax.scan(lambda c, s: (one_step(c, s)[0], None), state,
                               tail)
+    return state, emitted, emitted_active
+
+  def skip(state):
+    """A client with no step to run (an idle slot, a phase it skips): the
+    start unchanged, nothing emitted."""
+    shapes = jax.eval_shape(run_steps, state)[1:]
+    return (state,) + jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype),
+                                   shapes)
+
+  # A real branch where clients run one at a time (lax.map, the host loop),
+  # so idle clients cost nothing; under vmap both sides run and are selected.
+  state = (program.init(start, plan), jnp.zeros((), jnp.float32))
+  state, emitted, emitted_active = jax.lax.cond(steps > 0, run_steps, skip,
+                                                state)
   carry, loss_sum = state
   return _PhaseResult(program.final(carry, plan), loss_sum,
                       jnp.clip(steps, 0, program.num_steps), emitted,
