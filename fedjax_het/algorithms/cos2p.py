@@ -130,7 +130,7 @@ class Cos2pOptions(OptionGroup):
   jitter: float = option(0.05, 'σ of the lognormal jitter of client round times', check=non_negative)
   bandwidth_bps: float = option(1e9, 'client link bandwidth in bit/s (analytic model)', check=positive)
   device_speeds: dict = option({}, 'effective training FLOP/s per device type, overriding 15e12·TOPS/275 (e.g. a fit of the paper\'s RU)')
-  speed_scale: float = option(1.0, 'multiplies every device\'s FLOP/s (scaled models on a scaled clock)', check=positive)
+  speed_scale: float = option(1.0, 'multiplies every device\'s FLOP/s (a scaled model on a paper-scale clock; scale bandwidth_bps too)', check=positive)
 
 
 def _per_client(name: str, values: tuple, num_clients: int) -> tuple:
@@ -389,8 +389,9 @@ class Cos2p(FederatedAlgorithm):
             'units': {k: jnp.ones((n,) + s) for k, s in shapes.items()}}
 
   def init_extras(self, params: PyTree) -> PyTree:
-    """The last τ_max global models (rows 1..τ_max of the start table)."""
-    past = max(int(self.schedule.max_staleness), 0)
+    """The last τ_max global models (rows 1..τ_max of the start table; at
+    least one row, as checkpoints cannot hold empty arrays)."""
+    past = max(int(self.schedule.max_staleness), 1)
     return {'past': jax.tree.map(
         lambda p: jnp.broadcast_to(p, (past,) + p.shape), params)}
 
