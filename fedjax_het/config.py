@@ -13,6 +13,7 @@ experiment file can set any method's keys. `describe()` gives every key's
 one-line description (`fedjax-het --show-config`).
 """
 import dataclasses
+import math
 
 import ml_collections
 
@@ -33,6 +34,14 @@ def _capacities(key: str, value) -> None:
                       f'got {value!r}.')
 
 
+def _client_sizes(key: str, value) -> None:
+  if (not isinstance(value, (tuple, list)) or
+      any(isinstance(s, bool) or not isinstance(s, (int, float)) or
+          not 0 < s < math.inf for s in value)):
+    raise ConfigError(f'{key} must be a list of positive numbers (one relative '
+                      f'size per client), got {value!r}.')
+
+
 @dataclasses.dataclass(frozen=True)
 class CoreOptions(OptionGroup):
   """The keys every run has. Sizes are counts, rates are floats."""
@@ -40,17 +49,19 @@ class CoreOptions(OptionGroup):
   algorithm: str = option('fedavg', 'the federated method (fedjax_het.algorithms.ALGORITHMS)')
   seed: int = option(0, 'seed of the data split, the model init and every round\'s draws')
   # Data.
-  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | ...')
+  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS)')
   data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default)')
   dataset_options: dict = option({}, 'options of the dataset source, e.g. {\'noise\': 3.0} for synthetic')
   num_clients: int = option(100, 'M, the clients of the federation', check=positive_int)
-  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew')
-  alpha: float = option(0.5, 'Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew)', check=positive)
+  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew | sized_dirichlet (Dirichlet labels, client sizes ∝ client_sizes)')
+  alpha: float = option(0.5, 'Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew, sized_dirichlet)', check=positive)
+  client_sizes: tuple = option((), 'relative dataset size per client, one per client (partition=sized_dirichlet; e.g. Co-S²P Tab. 7)', check=_client_sizes)
   shards_per_client: int = option(2, 'label shards per client (partition=shards)', check=positive_int)
   min_client_size: int = option(2, 'least examples per client (dirichlet, quantity_skew)', check=positive_int)
   # Model.
   model: str = option('mlp', 'the model (fedjax_het.models)')
   model_options: dict = option({'hidden': (200,)}, 'options of the model, checked by the model')
+  init_params_file: str = option('', 'pretrained ViT .npz (google-research/vision_transformer or big_vision) loaded into the initial params (fedjax_het.models.vit_pretrained); \'\' = random init')
   # Round.
   rounds: int = option(100, 'communication rounds', check=positive_int)
   clients_per_round: int = option(10, 'K, clients sampled per round', check=positive_int)
@@ -72,7 +83,8 @@ class CoreOptions(OptionGroup):
   scan_unroll: int = option(1, 'unroll factor of the local-step scan', check=positive_int)
   rounds_per_call: int = option(1, 'rounds compiled into one lax.scan call', check=positive_int)
   # Logging, evaluation, checkpoints.
-  local_test: bool = option(False, 'also split the test set into per-client shards', check=is_bool)
+  local_test: bool = option(False, 'also evaluate on per-client test splits (see local_test_fraction)', check=is_bool)
+  local_test_fraction: float = option(0.0, 'with local_test: 0 = shards of the test set following each client\'s train labels; f in (0, 1) = a random fraction f of each client\'s own data held out (Co-S²P\'s 8:2: 0.2)', check=in_range(0, 1, closed_high=False))
   target_accuracy: float = option(0.0, 'summary.json reports the cost to reach it (0: off)', check=in_range(0, 1))
   eval_every: int = option(10, 'rounds between evaluations', check=positive_int)
   eval_batch_size: int = option(512, 'batch size of evaluation', check=positive_int)
@@ -86,6 +98,14 @@ class CoreOptions(OptionGroup):
       raise ConfigError(
           f'clients_per_round ({self.clients_per_round}) exceeds num_clients '
           f'({self.num_clients}).')
+    if self.partition == 'sized_dirichlet' and len(
+        self.client_sizes) != self.num_clients:
+      raise ConfigError(
+          f'partition=sized_dirichlet needs client_sizes with one entry per '
+          f'client ({self.num_clients}), got {len(self.client_sizes)}.')
+    if self.local_test_fraction and not self.local_test:
+      raise ConfigError('local_test_fraction splits the local test sets; set '
+                        'local_test=True or local_test_fraction=0.')
     if len(self.capacities) > self.num_clients:
       raise ConfigError(f'{len(self.capacities)} capacity levels need at least '
                         f'as many clients, got num_clients={self.num_clients}.')
@@ -143,14 +163,16 @@ def check_known_keys(config: ml_collections.ConfigDict,
                      prefix: str = '') -> None:
   """Raises ConfigError for a key of `config` that `reference` lacks.
 
-  The entries of `OPEN_DICTS` are passed through to their component, which
-  checks them itself.
+  The entries of `OPEN_DICTS`, and of any section whose default is empty
+  (an open dict option such as `cos2p.device_speeds`), are passed through to
+  their component, which checks them itself.
   """
   for key, value in config.items():
     if key not in reference:
       raise ConfigError(f'unknown config key {prefix + key!r}.')
     if isinstance(value, ml_collections.ConfigDict) and isinstance(
-        reference[key], ml_collections.ConfigDict) and key not in OPEN_DICTS:
+        reference[key], ml_collections.ConfigDict) and reference[key] and \
+        key not in OPEN_DICTS:
       check_known_keys(value, reference[key], prefix + key + '.')
 
 

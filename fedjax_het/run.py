@@ -37,6 +37,8 @@ from fedjax_het.data import augment as augment_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.sharding import client_mesh
+from fedjax_het.models import vit as vit_lib
+from fedjax_het.models import vit_pretrained
 
 # Keys that may change when a run is resumed (they do not change the math).
 _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
@@ -55,7 +57,24 @@ class RunInterrupted(RuntimeError):
 
 
 def build_experiment(config: ml_collections.ConfigDict):
-  """Data, model, initial params and algorithm of a validated config."""
+  """Data, model, initial params and algorithm of a validated config.
+
+  With `init_params_file`, the pretrained ViT checkpoint is loaded into the
+  initial params (`models.vit_pretrained`); a missing file or a model that is
+  not a ViT is refused before the data are loaded.
+  """
+  init_file = workdir_lib.expand(config.init_params_file)
+  if init_file:
+    if config.model not in ('vit', *vit_lib.VIT_PRESETS):
+      raise config_lib.ConfigError(
+          f'init_params_file loads ViT checkpoints, but model is '
+          f'{config.model!r}; use vit, {", ".join(vit_lib.VIT_PRESETS)}, or '
+          "init_params_file=''.")
+    if not os.path.isfile(init_file):
+      raise config_lib.ConfigError(
+          f'init_params_file {init_file} does not exist; download a ViT '
+          f'checkpoint ({vit_pretrained.DOWNLOAD_HINT}) and pass '
+          '--config.init_params_file=PATH.')
   dataset = data_lib.load_dataset(config.dataset,
                                   data_dir=config.data_dir or None,
                                   seed=config.seed,
@@ -66,15 +85,22 @@ def build_experiment(config: ml_collections.ConfigDict):
       'quantity_skew': {'alpha': config.alpha,
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
+      'sized_dirichlet': {'alpha': config.alpha,
+                          'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})
   split = data_lib.build_federated(
       dataset, num_clients=config.num_clients, partition=config.partition,
-      seed=config.seed, local_test=config.local_test, **partition_kwargs)
+      seed=config.seed, local_test=config.local_test,
+      local_test_fraction=config.local_test_fraction, **partition_kwargs)
   model = models.create_model(config.model, split.num_classes,
                               **config.model_options.to_dict())
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
-  params = models.init_params(model, init_key, augment_lib.output_shape(
-      config.augment, dataset.x_train.shape[1:]))
+  input_shape = augment_lib.output_shape(config.augment,
+                                         dataset.x_train.shape[1:])
+  params = models.init_params(model, init_key, input_shape)
+  if init_file:
+    params = vit_pretrained.load_pretrained(model, params, init_file,
+                                            image_shape=input_shape)
   algorithm = algorithms.create_algorithm(config.algorithm, config, model,
                                           split.train)
   return split, model, params, algorithm

@@ -25,8 +25,17 @@ METHOD_KWARGS = {
     'one_class': {},
     'class_blocks': {},
     'quantity_skew': {'alpha': 0.5},
+    'sized_dirichlet': {'alpha': 0.5},
 }
-EXACT_COVER = ('iid', 'dirichlet', 'shards', 'quantity_skew')
+EXACT_COVER = ('iid', 'dirichlet', 'shards', 'quantity_skew', 'sized_dirichlet')
+
+
+def method_kwargs(method, clients):
+  """METHOD_KWARGS[method], with relative sizes 1, 2, 3, 1, ... per client for sized_dirichlet."""
+  kwargs = dict(METHOD_KWARGS[method])
+  if method == 'sized_dirichlet':
+    kwargs['sizes'] = 1 + np.arange(clients) % 3
+  return kwargs
 
 
 def random_labels(n, num_classes, seed):
@@ -48,7 +57,7 @@ def label_distance(labels, parts, num_classes):
        seed=st.integers(0, 2**31 - 1))
 def test_partition_uses_each_index_at_most_once(method, n, num_classes, clients, seed):
   labels = random_labels(n, num_classes, seed)
-  parts = fd.partition(labels, clients, method, seed=seed, **METHOD_KWARGS[method])
+  parts = fd.partition(labels, clients, method, seed=seed, **method_kwargs(method, clients))
   assert len(parts) == clients
   assert all(p.dtype == np.int64 and np.all(np.diff(p) > 0) for p in parts)
   flat = np.concatenate(parts)
@@ -62,7 +71,7 @@ def test_partition_uses_each_index_at_most_once(method, n, num_classes, clients,
 @pytest.mark.parametrize('method', fd.PARTITIONS)
 def test_partition_seeded(method):
   labels = random_labels(1000, 10, 0)
-  kwargs = METHOD_KWARGS[method]
+  kwargs = method_kwargs(method, 20)
   a = fd.partition(labels, 20, method, seed=3, **kwargs)
   b = fd.partition(labels, 20, method, seed=3, **kwargs)
   c = fd.partition(labels, 20, method, seed=4, **kwargs)

@@ -221,6 +221,29 @@ class Cos2p(FederatedAlgorithm):
     self.schedule = self.make_schedule()
 
   # ---- the virtual clock -----------------------------------------------------
+  def cost_shape(self) -> vit_cost.ViTShape:
+    """The model and input size as the analytic cost model sees them."""
+    m, (height, width, channels) = self.model, self.data_shape
+    if height != width:
+      raise ConfigError(f'the analytic clock models square images, got '
+                        f'{self.data_shape}; set cos2p.client_seconds.')
+    return vit_cost.ViTShape(
+        depth=m.depth, hidden=m.hidden, mlp=m.mlp, heads=m.heads,
+        patch=m.patch, image=height, channels=channels,
+        num_classes=m.num_classes)
+
+  def cost_submodel(self, client: int,
+                    dispatch_round: int) -> vit_cost.Submodel:
+    """Client `client`'s window and width when dispatched in that round."""
+    offset = int(self.offsets(np.int32(dispatch_round))[client])
+    depth = int(self.depth[client])
+    return vit_cost.Submodel(
+        frozen=offset, trainable=depth,
+        width=vit_cost.Width.uniform(float(self.width[client])),
+        exits=int(np.sum(np.unique(self.depth) <= depth)),
+        train_embedding=offset == 0,
+        learns_mask=self.options.width_masks == 'learned')
+
   def client_round_seconds(self) -> clock.Duration:
     """`duration(client, dispatch_round, index)` of a client round: the fixed
     `client_seconds`, or the analytic model (`systems.vit_cost.round_seconds`)
@@ -230,33 +253,17 @@ class Cos2p(FederatedAlgorithm):
       seconds = _per_client('client_seconds', o.client_seconds,
                             self.num_clients)
       return clock.fixed_durations([[s] * rounds for s in seconds])
-    m = self.model
-    image = self.data_shape[0]
-    if self.data_shape[0] != self.data_shape[1]:
-      raise ConfigError(f'the analytic clock models square images, got '
-                        f'{self.data_shape}; set cos2p.client_seconds.')
-    shape = vit_cost.ViTShape(
-        depth=m.depth, hidden=m.hidden, mlp=m.mlp, heads=m.heads,
-        patch=m.patch, image=image, channels=self.data_shape[2],
-        num_classes=m.num_classes)
+    shape = self.cost_shape()
     devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
-    depths = np.unique(self.depth)
-    learns = o.width_masks == 'learned'
+    devices = [dataclasses.replace(d, speed=d.speed * o.speed_scale)
+               for d in devices]
 
     def duration(client: int, dispatch_round: int, index: int) -> float:
       del index
-      offset = int(self.offsets(np.int32(dispatch_round))[client])
-      sub = vit_cost.Submodel(
-          frozen=offset, trainable=int(self.depth[client]),
-          width=vit_cost.Width.uniform(float(self.width[client])),
-          exits=int(np.sum(depths <= self.depth[client])),
-          train_embedding=offset == 0, learns_mask=learns)
-      profile = devices[client]
-      profile = dataclasses.replace(profile,
-                                    speed=profile.speed * o.speed_scale)
-      masks = learns and dispatch_round < o.mask_rounds
+      sub = self.cost_submodel(client, dispatch_round)
+      masks = sub.learns_mask and dispatch_round < o.mask_rounds
       return vit_cost.round_seconds(
-          shape, sub, profile, train_samples=int(self.counts[client]),
+          shape, sub, devices[client], train_samples=int(self.counts[client]),
           batch=self.config.batch_size, epochs=o.epochs,
           mask_epochs=o.mask_epochs if masks else 0,
           bandwidth_bps=o.bandwidth_bps)
@@ -282,11 +289,25 @@ class Cos2p(FederatedAlgorithm):
                 window[:, None], busy.shape).astype(np.float32)}
 
   def summary_facts(self) -> dict:
+    """The clock's totals (virtual time, RU in its three forms, the largest
+    staleness) and, per client, its mean virtual seconds per round and, for
+    square images, the analytic memory of its window at offset 0 (params,
+    gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
     s, rounds = self.schedule, self.config.rounds
-    return {'virtual_time_s': float(s.end_time[rounds - 1]),
-            'ru_eq17': float(s.ru_eq17()), 'ru_busy': float(s.ru_busy()),
-            'ru_time_weighted': float(s.ru_time_weighted()),
-            'max_staleness': int(s.max_staleness)}
+    seconds = s.update_seconds[:rounds].sum(0) / np.maximum(
+        s.arrivals[:rounds].sum(0), 1)
+    facts = {'virtual_time_s': float(s.end_time[rounds - 1]),
+             'ru_eq17': float(s.ru_eq17()), 'ru_busy': float(s.ru_busy()),
+             'ru_time_weighted': float(s.ru_time_weighted()),
+             'max_staleness': int(s.max_staleness),
+             'client_round_seconds': [float(x) for x in seconds]}
+    if self.data_shape[0] == self.data_shape[1]:
+      shape = self.cost_shape()
+      facts['client_memory_bytes'] = [
+          float(vit_cost.client_cost(shape, self.cost_submodel(n, 0),
+                                     self.config.batch_size).memory_bytes)
+          for n in range(self.num_clients)]
+    return facts
 
   # ---- windows ---------------------------------------------------------------
   def offsets(self, dispatch_round):

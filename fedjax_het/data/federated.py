@@ -119,8 +119,34 @@ def _local_test_indices(dataset: ArrayDataset, train: FederatedData, method: str
   return split_by_class_shares(dataset.y_test, train_counts, seed)
 
 
+def holdout_split(client_indices: list[np.ndarray], fraction: float,
+                  seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Splits every client's examples at random into (train, test) index lists.
+
+  Client i holds out round(fraction · n_i) of its n_i examples, at least 1 and at most
+  n_i − 1 (Co-S²P's 8:2 split is fraction 0.2); both parts stay in ascending order.
+
+  Raises:
+    ValueError: fraction outside (0, 1), or a client with fewer than 2 examples.
+  """
+  if not 0 < fraction < 1:
+    raise ValueError(f'the local test fraction must lie in (0, 1), got {fraction}.')
+  sizes = np.array([len(idx) for idx in client_indices])
+  if sizes.min() < 2:
+    raise ValueError(f'client {int(np.argmin(sizes))} holds {sizes.min()} example(s); a local '
+                     'test split needs at least 2 per client.')
+  rng = np.random.default_rng(seed)
+  train, test = [], []
+  for idx, size in zip(client_indices, sizes):
+    held = rng.permutation(size) < np.clip(np.rint(fraction * size), 1, size - 1)
+    train.append(np.asarray(idx)[~held])
+    test.append(np.asarray(idx)[held])
+  return train, test
+
+
 def build_federated(dataset: ArrayDataset, *, num_clients: int, partition: str, seed: int,
-                    local_test: bool = False, **partition_kwargs) -> FederatedSplit:
+                    local_test: bool = False, local_test_fraction: float = 0.0,
+                    **partition_kwargs) -> FederatedSplit:
   """Partitions the training set over clients and packs it (host arrays; see `to_device`).
 
   Args:
@@ -128,26 +154,37 @@ def build_federated(dataset: ArrayDataset, *, num_clients: int, partition: str, 
     num_clients: number of clients.
     partition: a name in `PARTITIONS`; `partition_kwargs` are its options (e.g. alpha=0.3).
     seed: partition seed (the local test split uses a seed derived from it).
-    local_test: also split the test set into per-client shards that follow each client's
-      *training* label distribution (FIARSE's code instead draws an
-      independent test prior, a deliberate deviation):
+    local_test: also give every client a local test split. By default the test set is split
+      into per-client shards that follow each client's *training* label distribution
+      (FIARSE's code instead draws an independent test prior, a deliberate deviation):
       - 'iid': an IID split of the test set, sizes differing by at most 1;
       - 'balanced_dirichlet': exactly n_test // num_clients examples per client, labels drawn
         from the client's empirical train label distribution (`sample_by_priors`);
-      - 'dirichlet', 'shards', 'one_class', 'quantity_skew': each test class is split among
-        clients in proportion to their train counts of that class (`split_by_class_shares`), so
-        clients see only their training classes and test sizes scale with train sizes.
+      - 'dirichlet', 'shards', 'one_class', 'quantity_skew', 'sized_dirichlet': each test
+        class is split among clients in proportion to their train counts of that class
+        (`split_by_class_shares`), so clients see only their training classes and test sizes
+        scale with train sizes.
       Raises ValueError if a client would get no test example.
+    local_test_fraction: with `local_test`, 0 (default) shards the global test set as above;
+      f in (0, 1) instead holds out a random fraction f of every client's own partition as its
+      local test split and trains on the rest (`holdout_split`; Co-S²P's clients split their
+      data 8:2, f = 0.2). The global test set is the test split either way.
 
   Returns:
     A FederatedSplit; the global test set is the full test split.
   """
   train_indices = partition_labels(dataset.y_train, num_clients, partition, seed,
                                    **partition_kwargs)
+  test_seed = int(np.random.SeedSequence([seed, 1]).generate_state(1)[0])
+  if local_test and local_test_fraction:
+    train_indices, test_indices = holdout_split(train_indices, local_test_fraction, test_seed)
+    train = pack_clients(dataset.x_train, dataset.y_train, train_indices)
+    local = pack_clients(dataset.x_train, dataset.y_train, test_indices)
+    return FederatedSplit(train=train, test_x=dataset.x_test, test_y=dataset.y_test,
+                          local_test=local, num_classes=dataset.num_classes)
   train = pack_clients(dataset.x_train, dataset.y_train, train_indices)
   local = None
   if local_test:
-    test_seed = int(np.random.SeedSequence([seed, 1]).generate_state(1)[0])
     test_indices = _local_test_indices(dataset, train, partition, test_seed)
     empty = [i for i, idx in enumerate(test_indices) if len(idx) == 0]
     if empty:
