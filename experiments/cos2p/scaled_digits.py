@@ -14,8 +14,10 @@ Scaled setting (E1's client mix, budgets, μ, T_clk and clock on a model and dat
 - model: a ViT with E1's depth L = 8 (so the budgets give E1's windows: the NX board trains 2 blocks
   at 25% width, the AGX boards 6 blocks at 75%), width 64, MLP 128, 8 heads, patch 4.
 - training: Adan (proximal weight decay 0.05), lr 0.005, B = 32, one local epoch per round
-  (E = 5 in the paper), 36 rounds (120), masks in the first 6 (Q̂ = 20 of 120) for one epoch
+  (E = 5 in the paper), masks in the first sixth of the rounds (Q̂ = 20 of 120) for one epoch
   at η̂ = 0.01, λ1 = 1, λ2 = 0.2, t = 3; μ = 0.5, T_clk = 60 s.
+- budget: every method trains for the same 12,000 virtual seconds (FedAvg (Full): 18 rounds;
+  the others as many rounds as their clock fits: a round of Co-S²P(Async.) is one arrival).
 - clock: the analytic model (`systems.vit_cost`) with the E1 fit of the Jetson speeds (NX /
   AGX64 = 0.134, AGX32 / AGX64 = 200 / 275: simulated FedAvg (Full) then has the paper's RU),
   the speeds and the 1 Gbit/s link scaled so that an AGX64 board's FedAvg round computes and
@@ -25,7 +27,9 @@ Scaled setting (E1's client mix, budgets, μ, T_clk and clock on a model and dat
   √R_n; Co-S²P (sync) is μ = 1, T_clk = 0; Co-S²P (Async.) μ = 1/8, T_clk = 0.
 """
 import ml_collections
+import numpy as np
 
+from fedjax_het import run
 from fedjax_het.config import base_config
 from fedjax_het.systems import vit_cost
 
@@ -49,6 +53,9 @@ BUDGETS = (0.0625,) + (0.5625,) * 7
 SIZES = (8277,) + (24960,) * 3 + (36992,) * 4
 VIT = {'depth': 8, 'hidden': 64, 'mlp': 128, 'heads': 8, 'patch': 4}
 E1_NX_RATIO = 0.134
+# Every method trains for the same virtual time: FedAvg (Full)'s 18 rounds.
+VIRTUAL_SECONDS = 12_000.0
+MAX_ROUNDS = 2000
 
 
 def clock_scales(batch: int) -> tuple[float, float]:
@@ -67,19 +74,26 @@ def clock_scales(batch: int) -> tuple[float, float]:
   return scaled_flops / paper_flops, 1e9 * bytes_ratio
 
 
+def rounds_within(config, seconds: float) -> int:
+  """Rounds of `config`'s virtual clock that end within `seconds`."""
+  probe = config.copy_and_resolve_references()
+  probe.rounds = MAX_ROUNDS
+  algorithm = run.build_experiment(probe)[3]
+  return int(np.searchsorted(algorithm.schedule.end_time, seconds,
+                             side='right'))
+
+
 def get_configs():
   c = base_config()
   c.update(dataset='digits', model='vit', num_clients=8, clients_per_round=8,
            partition='sized_dirichlet', alpha=1.5, client_sizes=SIZES,
-           local_test_fraction=0.2, batch_size=32, client_lr=0.005,
-           client_weight_decay=0.05, rounds=36, eval_every=2,
-           checkpoint_every=36, local_test=True, target_accuracy=0.8,
+           local_test=True, local_test_fraction=0.2, batch_size=32,
+           client_lr=0.005, client_weight_decay=0.05, target_accuracy=0.8,
            progress=False)
   c.model_options = dict(VIT)
   c.cos2p.update(budgets=BUDGETS, device_types=DEVICES, epochs=1,
-                 mask_rounds=6, mask_epochs=1, mask_lr=0.01,
-                 lambda_budget=1.0, lambda_kd=0.2, temperature=3.0, mu=0.5,
-                 t_clk=60.0,
+                 mask_epochs=1, mask_lr=0.01, lambda_budget=1.0,
+                 lambda_kd=0.2, temperature=3.0,
                  device_speeds=ml_collections.ConfigDict(
                      vit_cost.nx_ratio_speeds(E1_NX_RATIO)))
   c.cos2p.speed_scale, c.cos2p.bandwidth_bps = clock_scales(c.batch_size)
@@ -93,7 +107,13 @@ def get_configs():
   }
   configs = {}
   for label, (algorithm, mu, t_clk) in runs.items():
-    configs[label] = c.copy_and_resolve_references()
-    configs[label].algorithm = algorithm
-    configs[label].cos2p.update(mu=mu, t_clk=t_clk)
+    config = c.copy_and_resolve_references()
+    config.algorithm = algorithm
+    config.cos2p.update(mu=mu, t_clk=t_clk)
+    rounds = rounds_within(config, VIRTUAL_SECONDS)
+    # Masks are learned in the first sixth of training (E1: 20 of 120 rounds).
+    config.cos2p.mask_rounds = rounds // 6
+    config.update(rounds=rounds, eval_every=max(1, rounds // 18),
+                  checkpoint_every=rounds, rounds_per_call=max(1, rounds // 18))
+    configs[label] = config
   return configs

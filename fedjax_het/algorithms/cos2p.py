@@ -63,6 +63,7 @@ subset per round); see `ALGORITHMS` for the registered names. Co-S²P(Async.)
 is μ = 1/N, T_clk = 0.
 """
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -258,15 +259,19 @@ class Cos2p(FederatedAlgorithm):
     devices = [dataclasses.replace(d, speed=d.speed * o.speed_scale)
                for d in devices]
 
-    def duration(client: int, dispatch_round: int, index: int) -> float:
-      del index
-      sub = self.cost_submodel(client, dispatch_round)
-      masks = sub.learns_mask and dispatch_round < o.mask_rounds
+    @functools.lru_cache(maxsize=None)
+    def seconds(client: int, sub: vit_cost.Submodel, masks: bool) -> float:
       return vit_cost.round_seconds(
           shape, sub, devices[client], train_samples=int(self.counts[client]),
           batch=self.config.batch_size, epochs=o.epochs,
           mask_epochs=o.mask_epochs if masks else 0,
           bandwidth_bps=o.bandwidth_bps)
+
+    def duration(client: int, dispatch_round: int, index: int) -> float:
+      del index
+      sub = self.cost_submodel(client, dispatch_round)
+      return seconds(client, sub,
+                     sub.learns_mask and dispatch_round < o.mask_rounds)
 
     return duration
 
