@@ -22,6 +22,9 @@ from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_fedavg
 
 SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
+# One xdist worker runs this module (`--dist loadgroup`), so the subprocess
+# fixture below runs once per session instead of once per worker.
+pytestmark = pytest.mark.xdist_group('four_devices')
 
 
 @pytest.fixture(scope='module')

@@ -73,6 +73,7 @@ import numpy as np
 import optax
 
 from fedjax_het import evaluation, optim
+from fedjax_het.algorithms import self_distillation
 from fedjax_het.algorithms.base import FederatedAlgorithm, mean_over_active
 from fedjax_het.core import aggregation, program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
@@ -118,7 +119,7 @@ class Cos2pOptions(OptionGroup):
   lambda_budget: float = option(1.0, 'λ1 of Eq. 2', check=non_negative)
   lambda_kd: float = option(0.0, 'λ2 of Eq. 3 (self-distillation weight)', check=in_range(0, 1))
   temperature: float = option(3.0, 't of Eq. 3', check=positive)
-  kd_direction: str = option('standard', 'standard KL(teacher‖student) | paper (Eq. 3 literally: KL(student‖teacher))', choices=('standard', 'paper'))
+  kd_direction: str = option('standard', 'standard KL(teacher‖student) | paper (Eq. 3 literally: KL(student‖teacher))', choices=self_distillation.KD_DIRECTIONS)
   ste: str = option('identity', 'straight-through gradient of M ~ Bern(P): identity (paper) | probability (P·grad, authors\' code)', choices=('identity', 'probability'))
   final_mask: str = option('sample', 'the frozen mask after a mask phase: sample (one Bernoulli draw) | threshold (σ(I) > ½)', choices=('sample', 'threshold'))
   logit_init_std: float = option(0.01, 'std of the initial mask logits (p ≈ ½)', check=non_negative)
@@ -494,12 +495,9 @@ class Cos2p(FederatedAlgorithm):
     logits = self.exits_logits(local.params, x,
                                self.units_of(local.client_state, window),
                                window)                         # [L, B, C]
-    ce = jax.vmap(lambda z: optax.softmax_cross_entropy_with_integer_labels(
-        z, y).mean())(logits)
-    teacher = jax.lax.stop_gradient(logits[window['teacher']])
-    kl = jax.vmap(lambda z: distillation(z, teacher, o.temperature,
-                                         o.kd_direction))(logits)
-    per_exit = (1 - o.lambda_kd) * ce + o.lambda_kd * kl
+    ce, kd = self_distillation.exit_terms(logits, y, window['teacher'],
+                                          o.temperature, o.kd_direction)
+    per_exit = (1 - o.lambda_kd) * ce + o.lambda_kd * kd
     return jnp.sum(jnp.where(window['exits'], per_exit, 0.0))
 
   def holders(self, units: dict, window: dict) -> dict:
@@ -531,7 +529,7 @@ class Cos2p(FederatedAlgorithm):
         step_mask=lambda local, plan: self.entry_holders(
             self.units_of(local.client_state, plan.extras), plan.extras))
     weights = then(weights, self.finish_weights)
-    if o.width_masks != 'learned' or o.mask_rounds == 0:
+    if o.width_masks != 'learned' or o.mask_rounds == 0 or not o.learned_units:
       return weights
     masks = program.sgd_program(
         self.mask_loss, lambda lr: optim.adan(o.mask_lr),
@@ -683,21 +681,6 @@ def then(base: program.ClientProgram, finish) -> program.ClientProgram:
   """`base` whose end model goes through `finish(local, plan) -> local`."""
   return dataclasses.replace(base, final=lambda carry, plan: finish(
       base.final(carry, plan), plan))
-
-
-def distillation(student: jax.Array, teacher: jax.Array, temperature: float,
-                 direction: str) -> jax.Array:
-  """T²·KL between softened exits, batch mean (Eq. 3's L_KL).
-
-  'standard': KL(teacher‖student) (BYOT, the authors' code); 'paper': the
-  literal Σ σ(ŷ_i/t) ln(σ(ŷ_i/t) / σ(ŷ_c/t)) = KL(student‖teacher).
-  """
-  log_s = jax.nn.log_softmax(student / temperature)
-  log_t = jax.nn.log_softmax(teacher / temperature)
-  if direction == 'paper':
-    log_s, log_t = log_t, log_s
-  kl = jnp.sum(jnp.exp(log_t) * (log_t - log_s), axis=-1)
-  return temperature**2 * kl.mean()
 
 
 class FedAvgFull(Cos2p):

@@ -60,8 +60,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
+from fedjax_het.algorithms import self_distillation
 from fedjax_het.algorithms.width_slicing import HeteroFL
 from fedjax_het.core import program
 from fedjax_het.submodel import width
@@ -133,12 +133,8 @@ def multi_exit_loss(logits: jax.Array, labels: jax.Array, depth: jax.Array,
   """
   exits = jnp.arange(1, logits.shape[0] + 1)
   weights = jnp.where(exits <= depth, exits, 0) / (depth * (depth + 1) / 2)
-  ce = optax.softmax_cross_entropy_with_integer_labels(
-      logits, labels[None]).mean(axis=-1)
-  teacher = jax.lax.stop_gradient(logits[depth - 1])
-  kd = temperature**2 * optax.losses.kl_divergence_with_log_targets(
-      jax.nn.log_softmax(logits / temperature),
-      jax.nn.log_softmax(teacher / temperature)).mean(axis=-1)
+  ce, kd = self_distillation.exit_terms(logits, labels, depth - 1,
+                                        temperature)
   per_exit = jnp.where(exits == depth, ce,
                        (1 - kd_weight) * ce + kd_weight * kd)
   return jnp.sum(weights * per_exit)

@@ -1,0 +1,90 @@
+"""Shared settings of the scaled Co-S²P experiments (E1's client mix on digits).
+
+`scaled_config()` is the common config of every method (data, model, training, clock; see
+scaled_digits.py for the setting), `with_time_budget(config)` gives a config as many rounds as its
+virtual clock fits in `VIRTUAL_SECONDS` (so methods are compared at equal virtual time), and
+`COLUMNS` is the Table-1 layout read from each run's summary.json.
+"""
+import ml_collections
+import numpy as np
+
+from fedjax_het import run
+from fedjax_het.config import base_config
+from fedjax_het.systems import vit_cost
+
+COLUMNS = (
+    ('server top-1', 'final/test_accuracy'),
+    ('server top-5', 'final/top5_accuracy'),
+    ('server F1', 'final/f1_weighted'),
+    ('client top-1', 'final/client_accuracy'),
+    ('client top-5', 'final/client_top5_accuracy'),
+    ('client F1', 'final/client_f1_weighted'),
+    ('RU (Eq. 17)', 'ru_eq17'),
+    ('RU (busy)', 'ru_busy'),
+    ('virtual s', 'virtual_time_s'),
+    ('virtual s to 80%', 'to_target/virtual_seconds'),
+    ('s/round', 's_per_round_median'),
+)
+DEVICES = ('nx8',) + ('agx32',) * 3 + ('agx64',) * 4
+BUDGETS = (0.0625,) + (0.5625,) * 7
+SIZES = (8277,) + (24960,) * 3 + (36992,) * 4
+VIT = {'depth': 8, 'hidden': 64, 'mlp': 128, 'heads': 8, 'patch': 4}
+E1_NX_RATIO = 0.134
+# Every method trains for the same virtual time: FedAvg (Full)'s 18 rounds.
+VIRTUAL_SECONDS = 12_000.0
+MAX_ROUNDS = 2000
+
+
+def clock_scales(batch: int) -> tuple[float, float]:
+  """(FLOP/s scale, bandwidth in bit/s) that make an AGX64 board's FedAvg
+  (Full) round on the scaled model and data take E1's paper-scale compute
+  time and transfer time (`systems.vit_cost`)."""
+  e1 = vit_cost.paper_experiment('E1')
+  scaled_shape = vit_cost.ViTShape(image=8, channels=1, num_classes=10, **VIT)
+  full = lambda shape: vit_cost.Submodel(0, shape.depth, train_embedding=True)
+  paper = vit_cost.client_cost(e1.shape, full(e1.shape), 128)
+  scaled = vit_cost.client_cost(scaled_shape, full(scaled_shape), batch)
+  paper_flops = 5 * int(0.8 * SIZES[-1]) * paper.step_flops
+  scaled_flops = 1 * round(1437 * SIZES[-1] / sum(SIZES)) * scaled.step_flops
+  bytes_ratio = ((scaled.download_bytes + scaled.upload_bytes) /
+                 (paper.download_bytes + paper.upload_bytes))
+  return scaled_flops / paper_flops, 1e9 * bytes_ratio
+
+
+def rounds_within(config, seconds: float) -> int:
+  """Rounds of `config`'s virtual clock that end within `seconds`."""
+  probe = config.copy_and_resolve_references()
+  probe.rounds = MAX_ROUNDS
+  algorithm = run.build_experiment(probe)[3]
+  return int(np.searchsorted(algorithm.schedule.end_time, seconds,
+                             side='right'))
+
+
+def scaled_config():
+  """Every method's common config: data, model, training and the clock."""
+  c = base_config()
+  c.update(dataset='digits', model='vit', num_clients=8, clients_per_round=8,
+           partition='sized_dirichlet', alpha=1.5, client_sizes=SIZES,
+           local_test=True, local_test_fraction=0.2, batch_size=32,
+           client_lr=0.005, client_weight_decay=0.05, target_accuracy=0.8,
+           progress=False)
+  c.model_options = dict(VIT)
+  c.cos2p.update(budgets=BUDGETS, device_types=DEVICES, epochs=1,
+                 mask_epochs=1, mask_lr=0.01, lambda_budget=1.0,
+                 lambda_kd=0.2, temperature=3.0, mu=0.5, t_clk=60.0,
+                 device_speeds=ml_collections.ConfigDict(
+                     vit_cost.nx_ratio_speeds(E1_NX_RATIO)))
+  c.cos2p.speed_scale, c.cos2p.bandwidth_bps = clock_scales(c.batch_size)
+  return c
+
+
+def with_time_budget(config):
+  """`config` with the rounds its clock fits in VIRTUAL_SECONDS, masks in the
+  first sixth of them (E1: 20 of 120) and about 18 evaluations."""
+  config = config.copy_and_resolve_references()
+  rounds = rounds_within(config, VIRTUAL_SECONDS)
+  config.cos2p.mask_rounds = rounds // 6
+  chunk = max(1, rounds // 18)
+  config.update(rounds=rounds, eval_every=chunk, rounds_per_call=chunk,
+                checkpoint_every=chunk * (rounds // chunk + 1))
+  return config
