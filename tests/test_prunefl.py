@@ -1,0 +1,181 @@
+"""PruneFL on the ViT engine: the unit search, trimming, the reconfiguration
+schedule and the reduction to FedAvg."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import config as config_lib
+from fedjax_het import run
+from fedjax_het.algorithms import prunefl
+from fedjax_het.core.rounds import RoundRunner
+
+TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
+KINDS = ('heads', 'proj', 'fc1', 'fc2')
+
+
+def prunefl_config(num_clients=2, **options):
+  config = config_lib.base_config()
+  config.update(dict(
+      algorithm='vit_fedavg', dataset='digits', model='vit',
+      num_clients=num_clients, clients_per_round=num_clients,
+      partition='iid', batch_size=128, client_lr=0.05, rounds=4,
+      aggregation_weights='uniform'))
+  config.model_options = dict(TINY_VIT)
+  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
+                           optimizer='sgd'))
+  config.prunefl = prunefl.PruneFLOptions.defaults()
+  config.prunefl.update(options)
+  return config
+
+
+def build(config, cls=prunefl.PruneFL):
+  split, model, params, algorithm = run.build_experiment(config)
+  if cls is not None:
+    algorithm = cls(config, model, split.train)
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(config.seed)), \
+      split.train.to_device()
+
+
+def reference_search(kept, imp, mag, fixed_imp, time, size, c, cap, dec):
+  """The authors' loop (architecture_search) on units, in numpy."""
+  stays = {}
+  for k in KINDS:
+    stays[k] = kept[k].copy()
+    for l in range(kept[k].shape[0]):
+      on = np.flatnonzero(kept[k][l])
+      drop = int(np.floor(dec * len(on) + 1e-6))
+      stays[k][l, on[np.argsort(mag[k][l, on], kind='stable')[:drop]]] = 0
+  units = [(k, l, u) for k in KINDS for l in range(kept[k].shape[0])
+           for u in range(kept[k].shape[1])]
+  num = fixed_imp + sum(imp[k][l, u] for k, l, u in units if stays[k][l, u])
+  den = c + sum(time[k] for k, l, u in units if stays[k][l, u])
+  used = sum(size[k] for k, l, u in units if stays[k][l, u])
+  total = sum(size[k] for k, _, _ in units)
+  candidates = sorted([x for x in units if not stays[x[0]][x[1], x[2]]],
+                      key=lambda x: -imp[x[0]][x[1], x[2]] / time[x[0]])
+  new = {k: v.copy() for k, v in stays.items()}
+  for k, l, u in candidates:
+    if imp[k][l, u] / time[k] <= num / den or used + size[k] > cap * total:
+      break
+    new[k][l, u] = 1
+    num, den, used = num + imp[k][l, u], den + time[k], used + size[k]
+  return new
+
+
+@pytest.mark.parametrize('c,dec,cap', [(1e6, 1.0, 0.4), (0.05, 0.3, 0.9),
+                                       (2.0, 0.5, 0.6)])
+def test_search_keeps_the_best_units_per_time_within_the_cap(c, dec, cap):
+  """On a hand-made table: exactly the authors' greedy; with a huge c the
+  ratio test always passes and the result is the highest-I/t prefix that
+  fits the cap."""
+  rng = np.random.default_rng(0)
+  shapes = {'heads': (2, 3), 'proj': (2, 5), 'fc1': (2, 6), 'fc2': (2, 5)}
+  kept = {k: (rng.random(s) < 0.7).astype(np.float32)
+          for k, s in shapes.items()}
+  imp = {k: rng.random(s).astype(np.float32) for k, s in shapes.items()}
+  mag = {k: rng.random(s).astype(np.float32) for k, s in shapes.items()}
+  time = {'heads': 3.0, 'proj': 1.0, 'fc1': 1.2, 'fc2': 2.0}
+  size = {'heads': 12.0, 'proj': 5.0, 'fc1': 5.0, 'fc2': 9.0}
+  got = prunefl.reconfigure(jax.tree.map(jnp.asarray, kept),
+                            jax.tree.map(jnp.asarray, imp),
+                            jax.tree.map(jnp.asarray, mag), 0.5, time, size,
+                            c, cap, dec)
+  expected = reference_search(kept, imp, mag, 0.5, time, size, c, cap, dec)
+  for k in KINDS:
+    np.testing.assert_array_equal(got[k], expected[k])
+  if c == 1e6 and dec == 1.0:
+    flat = sorted([(-imp[k][l, u] / time[k], k, l, u) for k in KINDS
+                   for l in range(2) for u in range(shapes[k][1])])
+    total = sum(size[k] * np.prod(shapes[k]) for k in KINDS)
+    used, top = 0.0, set()
+    for _, k, l, u in flat:
+      if used + size[k] > cap * total:
+        break
+      used += size[k]
+      top.add((k, l, u))
+    assert {(k, l, u) for k in KINDS for l, u in zip(
+        *np.nonzero(np.asarray(got[k])))} == top
+
+
+def test_trim_keeps_the_highest_scores_within_the_budget():
+  rng = np.random.default_rng(1)
+  shapes = {'heads': (2, 2), 'proj': (2, 4), 'fc1': (2, 8), 'fc2': (2, 4)}
+  kept = {k: (rng.random(s) < 0.8).astype(np.float32)
+          for k, s in shapes.items()}
+  score = {k: rng.random(s).astype(np.float32) for k, s in shapes.items()}
+  size = {'heads': 10.0, 'proj': 3.0, 'fc1': 3.0, 'fc2': 5.0}
+  total = sum(size[k] * np.prod(s) for k, s in shapes.items())
+  for budget in (0.2, 0.5, 1.0):
+    got = prunefl.trim(kept, score, size, jnp.float32(budget))
+    ranked = sorted((-score[k][l, u], k, l, u) for k in KINDS
+                    for l, u in zip(*np.nonzero(kept[k])))
+    used, top = 0.0, set()
+    for _, k, l, u in ranked:
+      if used + size[k] > budget * total:
+        break
+      used += size[k]
+      top.add((k, l, u))
+    assert {(k, l, u) for k in KINDS for l, u in zip(
+        *np.nonzero(np.asarray(got[k])))} == top
+    if budget == 1.0:
+      for k in KINDS:
+        np.testing.assert_array_equal(got[k], kept[k])
+
+
+def test_reconfiguration_happens_exactly_every_interval():
+  """ΔR = 2: importance accumulates over rounds 0, 2 and is consumed after
+  rounds 1, 3, where the mask and scores change (and only there); every
+  client trains within its budget √R_n."""
+  config = prunefl_config(reconfig_every=2)
+  config.cos2p.budgets = (0.25, 0.5)
+  config.rounds = 5
+  algorithm, state, data = build(config)
+  runner = RoundRunner(algorithm, 'map')
+  mask = jax.tree.map(np.asarray, state.extras['mask'])
+  for q in range(4):
+    state, _ = runner.run(state, data, 1)
+    total = sum(float(np.sum(v)) for v in jax.tree.leaves(
+        state.extras['importance']))
+    new = jax.tree.map(np.asarray, state.extras['mask'])
+    changed = any(not np.array_equal(new[k], mask[k]) for k in KINDS)
+    if (q + 1) % 2:
+      assert total > 0 and not changed
+    else:
+      assert total == 0 and changed
+    mask = new
+    inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
+                          algorithm.round_inputs(q + 1, 1))
+    units = algorithm.plan_round(state, data, inputs).extras['units']
+    size = {k: algorithm.unit_params[k] for k in KINDS}
+    all_units = sum(size[k] * units[k][0].size for k in KINDS)
+    for n, width in enumerate(algorithm.width):
+      used = sum(size[k] * float(np.sum(units[k][n])) for k in KINDS)
+      assert used <= width * all_units + 1e-3
+      assert all(np.all(units[k][n] <= new[k]) for k in KINDS)
+
+
+def test_reduces_to_fedavg_without_pruning():
+  """Budgets 1, no initial or adaptive pruning: vit_fedavg's params."""
+  config = prunefl_config(reconfig_every=0)
+  algorithm, state, data = build(config)
+  state, _ = RoundRunner(algorithm, 'map').run(state, data, 2)
+  fedavg, fedavg_state, _ = build(config, cls=None)
+  fedavg_state, _ = RoundRunner(fedavg, 'map').run(fedavg_state, data, 2)
+  chex.assert_trees_all_close(state.params, fedavg_state.params, atol=1e-5)
+  for v in state.extras['mask'].values():
+    np.testing.assert_array_equal(v, 1.0)
+
+
+def test_initial_pruning_trains_on_client_zero_and_meets_the_cap():
+  config = prunefl_config(init_steps=3, max_density=0.5)
+  algorithm, state, _ = build(config)
+  _, _, params, _ = run.build_experiment(config)
+  size = {k: algorithm.unit_params[k] for k in KINDS}
+  mask = state.extras['mask']
+  density = sum(size[k] * float(jnp.sum(mask[k])) for k in KINDS) / sum(
+      size[k] * mask[k].size for k in KINDS)
+  assert 0 < density <= 0.5 + 1e-6
+  assert not np.allclose(state.params['blocks_fc1_kernel'],
+                         params['blocks_fc1_kernel'])
