@@ -105,6 +105,26 @@ def test_low_budgets_train_within_it_and_count_quantised_bytes():
   np.testing.assert_allclose(float(metrics['bytes_up'][0]), total, rtol=1e-6)
 
 
+def test_clock_charges_the_quantised_kernels():
+  """Analytic clock: a budget-1/4 client's round is shorter than a
+  budget-1 client's by the 3/4 of the kernels' float32 bytes both ways."""
+  config = qvit_config()
+  config.cos2p.update(dict(client_seconds=(), budgets=(0.25, 1.0, 1.0, 1.0)))
+  algorithm, _, _ = build(config)
+  duration = algorithm.client_round_seconds()
+  m = algorithm.model
+  kernels = m.depth * (4 * m.hidden**2 + 2 * m.hidden * m.mlp)
+  saved = 2 * 4 * kernels * 0.75 * 8 / config.cos2p.bandwidth_bps
+  reference = FedAvgFull(config, algorithm.model, _train(config))
+  same_size = reference.client_round_seconds()
+  assert duration(1, 0, 0) == pytest.approx(same_size(1, 0, 0))
+  assert duration(0, 0, 0) == pytest.approx(same_size(0, 0, 0) - saved)
+
+
+def _train(config):
+  return run.build_experiment(config)[0].train
+
+
 def test_32_bits_reduce_to_fedavg():
   """Budget 1 (32 bits everywhere): q(w) = w up to s/2 ≈ 2^-15·mean|w|, and
   the run is `vit_fedavg`'s (parameters to 1e-5)."""

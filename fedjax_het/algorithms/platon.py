@@ -5,12 +5,12 @@ Importance"), a baseline of Co-S²P (Li et al., "Unity is Power", Tabs. 1–2:
 "All unstructured baselines were switched to structured pruning").
 
 Every local step t of client n (after PLATON's `update_and_pruning`, with
-ΔT = 1 and the score of Eq. 7 of the paper):
+ΔT = 1 and the product score of its code's default):
 
     I^(t)  = |θ ⊙ ∇_θ L|                                  (sensitivity)
-    Ī^(t)  = β1·Ī^(t−1) + (1 − β1)·I^(t)                  (Eq. 4)
-    U^(t)  = |I^(t) − Ī^(t)|,  Ū^(t) = β2·Ū^(t−1) + (1 − β2)·U^(t)  (Eqs. 5–6)
-    s^(t)  = Ī^(t) · Ū^(t)                                 (Eq. 7)
+    Ī^(t)  = β1·Ī^(t−1) + (1 − β1)·I^(t)                  (its EMA)
+    U^(t)  = |I^(t) − Ī^(t)|,  Ū^(t) = β2·Ū^(t−1) + (1 − β2)·U^(t)
+    s^(t)  = Ī^(t) · Ū^(t)                                 (the score)
 
 over the entries of the prunable leaves (qkv, attention projection, fc1,
 fc2: kernels and biases), θ the weights the gradient was taken at. A unit
@@ -99,7 +99,8 @@ def cubic_rate(t, target, start, end) -> jax.Array:
 
 def platon_scores(ema_importance, ema_uncertainty, params, grads,
                   beta1: float, beta2: float):
-  """One step of Eqs. 4–7 on matching pytrees: (Ī, Ū, s) after the step."""
+  """One step of the EMAs and the score (module docstring) on matching
+  pytrees of θ and its gradient: (Ī, Ū, s) after the step."""
   importance = jax.tree.map(lambda p, g: jnp.abs(p * g), params, grads)
   ema_importance = jax.tree.map(lambda e, i: beta1 * e + (1 - beta1) * i,
                                 ema_importance, importance)

@@ -45,9 +45,10 @@ Federation: synchronous FedAvg on the Co-S²P engine (full width and depth,
 client optimiser. The client receives the global model quantised with its
 own quantiser (`quantized_download`) and uploads q(w_end): the server
 averages the de-quantised weights. `round_metrics` counts quantised bytes
-both ways (`quantized_transfer_bytes`). Open: the analytic clock charges
-float32 communication, and the personalised evaluation reads the float
-global model, not the client's quantised copy.
+both ways (`quantized_transfer_bytes`), and the analytic clock charges the
+quantised kernels at R_n·32 bits (the bound the projection keeps) both
+ways (`client_round_seconds`). Open: the personalised evaluation reads the
+float global model, not the client's quantised copy.
 """
 import dataclasses
 
@@ -60,6 +61,7 @@ from fedjax_het.algorithms import cos2p
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, option, positive)
+from fedjax_het.systems import vit_cost
 
 # group -> (the kernel it quantises, whether it has one bit-width per head).
 GROUPS = {'qkv': ('blocks_qkv_kernel', True),
@@ -171,6 +173,22 @@ class FedAvgQvit(cos2p.Cos2p):
     quantized = sum(int(np.prod(s)) for s in shapes.values())
     total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.template))
     self.float_entries = total - quantized
+
+  # ---- the clock --------------------------------------------------------------
+  def client_round_seconds(self):
+    """Cos2p's durations less the link time the quantised kernels save:
+    4·K·(1 − R_n) bytes each way, K the kernel entries of the qkv,
+    projection, fc1 and fc2 (the analytic model; fixed `client_seconds`
+    are kept as given)."""
+    duration = super().client_round_seconds()
+    if self.options.client_seconds:
+      return duration
+    shape = self.cost_shape()
+    kernels = shape.depth * (4 * shape.hidden**2 + 2 * shape.hidden * shape.mlp)
+    saved = (2 * vit_cost.BYTES_PER_FLOAT * kernels * (1 - self.budgets) * 8 /
+             self.options.bandwidth_bps)
+    return lambda client, dispatch_round, index: duration(
+        client, dispatch_round, index) - float(saved[client])
 
   # ---- bit-widths and the budget -----------------------------------------------
   def memory_ratio(self, bits: dict) -> jax.Array:
