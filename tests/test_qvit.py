@@ -138,6 +138,27 @@ def test_32_bits_reduce_to_fedavg():
   chex.assert_trees_all_close(state.params, fedavg_state.params, atol=1e-5)
 
 
+def test_penalty_adds_the_squared_excess_over_the_budget():
+  """budget_rule='penalty': 16 bits everywhere (ρ = 1/2) add λ·(1/2 − R)²
+  to the loss at R = 1/4 and nothing at R = 1/2 (the same forward)."""
+  config = qvit_config(budget_rule='penalty', lambda_bits=3.0)
+  config.cos2p.budgets = (0.25, 0.25, 0.5, 1.0)
+  algorithm, state, data = build(config)
+  inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
+                        algorithm.round_inputs(0, 1))
+  plan = jax.tree.map(lambda x: x[0], algorithm.plan_round(state, data,
+                                                           inputs))
+  row = jax.tree.map(lambda x: x[0], state.clients)
+  row['bits'] = jax.tree.map(lambda b: jnp.full_like(b, 16.0), row['bits'])
+  local = qvit.program.LocalModel(state.params, row)
+  x, y = jnp.asarray(data.x[0, :8]), jnp.asarray(data.y[0, :8])
+  loss = jax.jit(lambda budget: algorithm.weight_loss(
+      local, x, y, plan.replace(extras={**plan.extras, 'budget': budget}),
+      None))
+  excess = float(loss(jnp.float32(0.25))) - float(loss(jnp.float32(0.5)))
+  assert excess == pytest.approx(3.0 * 0.25**2, rel=1e-4)
+
+
 @pytest.mark.parametrize('key,value,message', [
     ('budgets', (0.05,), 'below qvit.min_bits'),
     ('max_bits', 1, 'qvit.max_bits'),
