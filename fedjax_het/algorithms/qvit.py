@@ -21,7 +21,9 @@ g = 1/√(N_g·Q_P) (N_g the group's entries, Q_P = 2^{b−1} − 1). Groups:
 every head of the qkv kernel (its q/k/v rows) and of the attention
 projection (its input columns, Q-ViT's `QuantMuitiHeadLinear_in`), and the
 fc1 and fc2 kernels of every layer; biases, LayerNorms, the embedding and
-the exit heads stay float32 (Q-ViT keeps them out of its budget too). As in
+the exit heads stay float32 and outside the budget (our reading: Q-ViT
+quantises the blocks' linear layers; activations, which it also
+quantises, stay float here, as the budget is the weights' memory). As in
 Q-ViT's code, b is a continuous parameter clipped to [`min_bits`,
 `max_bits`] and rounded in the forward (Q-ViT: [2, 8]; we allow up to 32 so
 that any budget R_n ≤ 1 is reachable), both straight-through (gradient 1,
@@ -59,7 +61,7 @@ import optax
 
 from fedjax_het.algorithms import cos2p
 from fedjax_het.core import program
-from fedjax_het.options import (ConfigError, OptionGroup, in_range,
+from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive)
 from fedjax_het.systems import vit_cost
 
@@ -89,7 +91,7 @@ class QvitOptions(OptionGroup):
   budget_rule: str = option('projection', 'projection: shift the bits so the memory ratio ≤ R_n | penalty: λ·max(ratio − R_n, 0)² (Q-ViT)', choices=('projection', 'penalty'))
   lambda_bits: float = option(1.0, 'λ of the budget penalty', check=non_negative)
   quant_lr: float = option(0.01, 'SGD learning rate of the bit-widths and scales', check=positive)
-  quantized_download: bool = option(True, 'the client starts from the global model quantised with its own quantiser')
+  quantized_download: bool = option(True, 'the client starts from the global model quantised with its own quantiser', check=is_bool)
 
   def validate(self) -> None:
     if self.max_bits < self.min_bits:
