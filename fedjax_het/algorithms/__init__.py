@@ -1,6 +1,10 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
+from fedjax_het.algorithms.fedpm import FedPM
+from fedjax_het.algorithms.platon import FedAvgPlaton
+from fedjax_het.algorithms.prunefl import PruneFL
+from fedjax_het.algorithms.qvit import FedAvgQvit
 from fedjax_het.algorithms.fedavg import FedAvg
 from fedjax_het.algorithms.fedacs import FEDACS_FAMILY as FEDACS_FAMILY
 from fedjax_het.algorithms.fedacs import FedACS
@@ -20,7 +24,8 @@ ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
         FedAvg, Fiarse, FiarseLayerwise, PruningGreedy, HeteroFL, FedRolex,
         FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
         OptimalSampling, HIST, HFedAvg, CseFsl, FslAn, FslMc, FslOc, Cos2p,
-        FedAvgFull, FedRolexVit, RamFed)
+        FedAvgFull, FedRolexVit, RamFed, FedPM, PruneFL, FedAvgPlaton,
+        FedAvgQvit)
 }
 
 

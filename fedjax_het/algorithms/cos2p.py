@@ -683,13 +683,18 @@ def then(base: program.ClientProgram, finish) -> program.ClientProgram:
       base.final(carry, plan), plan))
 
 
+# What every baseline of Co-S²P's tables shares: synchronous rounds (μ = 1,
+# T_clk = 0; their RU < 100%), no personal heads or self-distillation, and
+# every entry averaged over the clients holding it.
+SYNCHRONOUS_BASELINE = {'weighting': 'holders', 'personal_heads': False,
+                        'lambda_kd': 0.0, 'mu': 1.0, 't_clk': 0.0}
+
+
 class FedAvgFull(Cos2p):
-  """FedAvg (Full) on the clock: every client trains the whole ViT and the
-  server averages over clients (`aggregation_weights`); with μ = 1, T_clk = 0
-  it is synchronous FedAvg."""
+  """FedAvg (Full) on the clock: every client trains the whole ViT each
+  synchronous round and the server averages them (`aggregation_weights`)."""
   name = 'vit_fedavg'
-  fixed_options = {'width_masks': 'full', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'full'}
 
 
 class FedRolexVit(Cos2p):
@@ -698,8 +703,7 @@ class FedRolexVit(Cos2p):
   leaves β = √R_n or R_n open), every entry averaged over its holders."""
   name = 'vit_fedrolex'
   full_depth = True
-  fixed_options = {'width_masks': 'rolling', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
 
 
 class RamFed(Cos2p):
@@ -708,5 +712,4 @@ class RamFed(Cos2p):
   β = R_w, every entry averaged over its holders."""
   name = 'ram_fed'
   full_depth = True
-  fixed_options = {'width_masks': 'random', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'random'}

@@ -45,11 +45,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_het import optim
 from fedjax_het.algorithms import masked_eval
 from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.algorithms import cos2p
 from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions, then
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
@@ -116,9 +116,7 @@ class FedPM(Cos2p):
   option_groups = (Cos2pOptions, FedPMOptions)
   full_depth = True
   per_round_metrics = ('mask_density',)
-  fixed_options = {'width_masks': 'rolling', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0,
-                   'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
+  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.fedpm = FedPMOptions.from_config(config)

@@ -136,9 +136,7 @@ class FedAvgPlaton(cos2p.Cos2p):
   name = 'vit_fedavg_platon'
   option_groups = (cos2p.Cos2pOptions, PlatonOptions)
   full_depth = True
-  fixed_options = {'width_masks': 'rolling', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0, 'mu': 1.0,
-                   't_clk': 0.0, 'mask_rounds': 0}
+  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)

@@ -50,14 +50,13 @@ budget, as FedRolex), not the mask's own, which the schedule cannot know
 before training.
 """
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.algorithms import masked_eval
+from fedjax_het.algorithms import cos2p, masked_eval
 from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
@@ -160,8 +159,7 @@ class PruneFL(Cos2p):
   option_groups = (Cos2pOptions, PruneFLOptions)
   full_depth = True
   per_round_metrics = ('model_density',)
-  fixed_options = {'width_masks': 'rolling', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0}
+  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
 
   def __init__(self, config, model, data):
     self.prunefl = PruneFLOptions.from_config(config)

@@ -146,9 +146,7 @@ class FedAvgQvit(cos2p.Cos2p):
   name = 'vit_fedavg_qvit'
   option_groups = (cos2p.Cos2pOptions, QvitOptions)
   full_depth = True
-  fixed_options = {'width_masks': 'full', 'weighting': 'holders',
-                   'personal_heads': False, 'lambda_kd': 0.0, 'mu': 1.0,
-                   't_clk': 0.0, 'mask_rounds': 0}
+  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'full', 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.qvit = QvitOptions.from_config(config)
