@@ -375,6 +375,12 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   try:
     round_index, state, host = _restore(checkpoints, state, config, workdir)
+    finished = os.path.join(workdir, 'summary.json')
+    if round_index == config.rounds and os.path.exists(finished):
+      # A finished run: its summary (timings included) stands as written.
+      checkpoints.close()
+      with open(finished) as f:
+        return json.load(f)
     log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index,
                      logging_writers.create(config, workdir))
   except BaseException:

@@ -136,7 +136,9 @@ def test_a_full_disk_stops_in_one_line_and_keeps_the_checkpoint(
   assert [r['round'] for r in read_rows(workdir)] == [2, 4]
 
 
-def _load_script(path):
+def _load_script(path, monkeypatch):
+  """The script as `python path` imports it: its directory first on sys.path."""
+  monkeypatch.syspath_prepend(os.path.dirname(path))
   spec = importlib.util.spec_from_file_location('script', path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -164,9 +166,9 @@ def test_former_tracebacks_exit_with_one_line(tmp_path, capsys, case):
           'bench_empty_cohort': '--cohort must be at least 1'}[case] in err
 
 
-def test_the_quadratic_names_the_methods_it_takes(capsys):
+def test_the_quadratic_names_the_methods_it_takes(capsys, monkeypatch):
   script = _load_script(os.path.join(REPO, 'experiments', 'fedacs',
-                                     'quadratic.py'))
+                                     'quadratic.py'), monkeypatch)
   err = one_line_error(capsys, script.main(["--config.methods=('fedavg',)"]), 2)
   assert "got ('fedavg',)" in err and 'fedacs, fedavg_het' in err
 
