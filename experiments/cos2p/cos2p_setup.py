@@ -82,8 +82,10 @@ def with_time_budget(config):
   """`config` with the rounds its clock fits in VIRTUAL_SECONDS, masks in the
   first sixth of them (E1: 20 of 120) and about 18 evaluations."""
   config = config.copy_and_resolve_references()
-  rounds = rounds_within(config, VIRTUAL_SECONDS)
-  config.cos2p.mask_rounds = rounds // 6
+  # Mask phases lengthen the first rounds: fit the rounds again with them.
+  for _ in range(2):
+    rounds = rounds_within(config, VIRTUAL_SECONDS)
+    config.cos2p.mask_rounds = rounds // 6
   chunk = max(1, rounds // 18)
   config.update(rounds=rounds, eval_every=chunk, rounds_per_call=chunk,
                 checkpoint_every=chunk * (rounds // chunk + 1))
