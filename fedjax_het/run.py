@@ -229,12 +229,29 @@ def _read_config_json(path: str) -> dict:
   return previous
 
 
+def _with_defaults(stored: dict, defaults: dict) -> dict:
+  """`stored` with the keys it lacks filled from `defaults`, recursively
+  into sections (not into open dicts such as model_options, whose keys are
+  the run's own)."""
+  filled = dict(stored)
+  for key, default in defaults.items():
+    if key not in filled:
+      filled[key] = default
+    elif (isinstance(default, dict) and default and
+          isinstance(filled[key], dict) and key not in config_lib.OPEN_DICTS):
+      filled[key] = _with_defaults(filled[key], default)
+  return filled
+
+
 def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
   """ConfigError unless `config` may resume the run held in `workdir`."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     return
-  previous = _read_config_json(path)
+  # Keys added to the library since the run started (a new method's
+  # section, a new option) count as their defaults.
+  previous = _with_defaults(_read_config_json(path),
+                            json.loads(config_lib.base_config().to_json()))
   current = json.loads(config.to_json())
   resumable = _RESUMABLE_CHANGES
   method = algorithms.ALGORITHMS.get(config.algorithm)

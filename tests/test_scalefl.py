@@ -11,9 +11,6 @@ import pytest
 
 from fedjax_het import algorithms, cli, models
 from fedjax_het.algorithms.scalefl import depth_and_width
-
-# One xdist worker builds the module fixtures (`--dist loadgroup`).
-pytestmark = pytest.mark.xdist_group('scalefl')
 from fedjax_het.config import base_config
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.data import FederatedData

@@ -4,6 +4,7 @@ Four CPU devices are emulated in a subprocess
 (`--xla_force_host_platform_device_count=4` must be set before JAX starts);
 the rest runs in-process on the single CPU device.
 """
+import fcntl
 import json
 import os
 import pathlib
@@ -22,21 +23,29 @@ from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_fedavg
 
 SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
-# One xdist worker runs this module (`--dist loadgroup`), so the subprocess
-# fixture below runs once per session instead of once per worker.
-pytestmark = pytest.mark.xdist_group('four_devices')
 
 
-@pytest.fixture(scope='module')
-def four_device_report(tmp_path_factory):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4',
-             JAX_PLATFORMS='cpu')
-  result = subprocess.run(
-      [sys.executable, str(SCRIPT), str(tmp_path_factory.mktemp('runs'))],
-      env=env, capture_output=True, text=True, timeout=900,
-      cwd=SCRIPT.parent)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return json.loads(result.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope='session')
+def four_device_report(tmp_path_factory, worker_id):
+  """The subprocess's JSON report, computed once per test session: xdist
+  workers share it through a file under the session's base temp directory
+  (the first worker runs the subprocess while holding a lock)."""
+  base = tmp_path_factory.getbasetemp()
+  shared = base if worker_id == 'master' else base.parent
+  report = shared / 'four_device_report.json'
+  with open(shared / 'four_device_report.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not report.exists():
+      env = dict(os.environ,
+                 XLA_FLAGS='--xla_force_host_platform_device_count=4',
+                 JAX_PLATFORMS='cpu')
+      result = subprocess.run(
+          [sys.executable, str(SCRIPT), str(shared / 'four_device_runs')],
+          env=env, capture_output=True, text=True, timeout=900,
+          cwd=SCRIPT.parent)
+      assert result.returncode == 0, result.stderr[-3000:]
+      report.write_text(result.stdout.strip().splitlines()[-1])
+  return json.loads(report.read_text())
 
 
 def test_four_devices_are_emulated(four_device_report):
