@@ -56,8 +56,8 @@ def get_configs():
     config.algorithm = algorithm
     config.cos2p.update(mu=mu, t_clk=t_clk)
     config = with_time_budget(config)
-    # PruneFL: initial pruning on client 0, then about ten reconfigurations.
-    config.prunefl.update(init_steps=20,
-                          reconfig_every=max(1, config.rounds // 10))
+    if algorithm == 'prunefl':   # pruning on client 0, ten reconfigurations
+      config.prunefl.update(init_steps=20,
+                            reconfig_every=max(1, config.rounds // 10))
     configs[label] = config
   return configs
