@@ -168,6 +168,29 @@ def test_reduces_to_fedavg_without_pruning():
     np.testing.assert_array_equal(v, 1.0)
 
 
+def test_the_floor_keeps_units_when_the_fixed_part_wins():
+  """Fixed importance per second above every unit's: the greedy rule keeps
+  nothing; with a floor the best-ratio units are added up to it."""
+  rng = np.random.default_rng(1)
+  shapes = {'heads': (2, 3), 'proj': (2, 5), 'fc1': (2, 6), 'fc2': (2, 5)}
+  none = {k: jnp.zeros(s) for k, s in shapes.items()}
+  imp = {k: jnp.asarray(rng.random(s), jnp.float32) for k, s in shapes.items()}
+  time = {'heads': 3.0, 'proj': 1.0, 'fc1': 1.2, 'fc2': 2.0}
+  size = {'heads': 12.0, 'proj': 5.0, 'fc1': 5.0, 'fc2': 9.0}
+  args = (none, imp, imp, 1e6, time, size, 1.0, 0.9, 1.0)
+  empty = prunefl.reconfigure(*args)
+  assert all(float(jnp.sum(v)) == 0 for v in empty.values())
+  floored = prunefl.reconfigure(*args, floor=0.3)
+  total = sum(size[k] * np.prod(shapes[k]) for k in KINDS)
+  used = sum(size[k] * float(jnp.sum(floored[k])) for k in KINDS)
+  assert 0.3 * total <= used < 0.3 * total + max(size.values())
+  ratio = {k: np.asarray(imp[k]) / time[k] for k in KINDS}
+  kept = min(ratio[k][np.asarray(floored[k]) > 0].min() for k in KINDS
+             if float(jnp.sum(floored[k])))
+  dropped = max(ratio[k][np.asarray(floored[k]) == 0].max() for k in KINDS)
+  assert kept >= dropped
+
+
 def test_initial_pruning_trains_on_client_zero_and_meets_the_cap():
   config = prunefl_config(init_steps=3, max_density=0.5)
   algorithm, state, _ = build(config)
@@ -176,6 +199,6 @@ def test_initial_pruning_trains_on_client_zero_and_meets_the_cap():
   mask = state.extras['mask']
   density = sum(size[k] * float(jnp.sum(mask[k])) for k in KINDS) / sum(
       size[k] * mask[k].size for k in KINDS)
-  assert 0 < density <= 0.5 + 1e-6
+  assert algorithm.floor - 0.05 <= density <= 0.5 + 1e-6
   assert not np.allclose(state.params['blocks_fc1_kernel'],
                          params['blocks_fc1_kernel'])

@@ -35,7 +35,10 @@ added in decreasing I_u / t_u while that exceeds the current
 (I_fixed + Σ I) / (c + Σ t) (which maximises the estimated loss decrease
 per second of a round) and the density stays ≤ `max_density` (0: the
 largest client's β_n = √R_n). The authors decay `max_decrease` with a
-half-life of 10⁴ rounds; we keep it fixed.
+half-life of 10⁴ rounds; we keep it fixed. Our addition: units are also
+added, in the same order, until the density reaches the smallest client's
+β_n (on a small ViT the exit head and embeddings' importance per second can
+beat every unit's, and the greedy rule alone then keeps no unit at all).
 
 Initial pruning (`init_steps` > 0): before round 0, `init_steps` local
 steps of the full model on client 0's data (the "selected client"), then one
@@ -102,7 +105,7 @@ def _per_unit(values: dict, like: dict) -> jax.Array:
 def reconfigure(kept: dict, importance: dict, magnitude: dict,
                 fixed_importance: jax.Array, unit_time: dict,
                 unit_params: dict, fixed_time: float, cap: float,
-                max_decrease: float) -> dict:
+                max_decrease: float, floor: float = 0.0) -> dict:
   """PruneFL's architecture search on units (module docstring).
 
   Args:
@@ -113,6 +116,10 @@ def reconfigure(kept: dict, importance: dict, magnitude: dict,
     fixed_time: c.
     cap: the largest density.
     max_decrease: the fraction of kept units per row that may be removed.
+    floor: the least density: units are added in ratio order until it is
+      reached even where they do not improve the ratio (0: PruneFL's greedy
+      rule alone, which can keep no unit when the unprunable parameters'
+      importance per second beats every unit's).
 
   Returns:
     The new mask {kind: [L, U]}.
@@ -134,8 +141,11 @@ def reconfigure(kept: dict, importance: dict, magnitude: dict,
   r, t, i, s = ratio[order], time[order], imp[order], size[order]
   before = lambda x: jnp.cumsum(x) - x
   improves = r > (numerator + before(i)) / (denominator + before(t))
+  below_floor = (jnp.sum(jnp.where(stays, size, 0.0)) + before(s) <
+                 floor * jnp.sum(size) - 1e-6)
   fits = jnp.cumsum(s) <= room + 1e-6
-  added = jnp.cumprod((improves & fits & (r > -jnp.inf)).astype(jnp.int32))
+  added = jnp.cumprod(((improves | below_floor) & fits &
+                       (r > -jnp.inf)).astype(jnp.int32))
   new = stays | jnp.zeros_like(stays).at[order].set(added > 0)
   return _unflat(new.astype(jnp.float32), kept)
 
@@ -183,6 +193,8 @@ class PruneFL(Cos2p):
                       for k, p in self.unit_params.items()}
     self.fixed_time = per_flop * fixed_flops + per_param * fixed_params
     self.cap = self.prunefl.max_density or float(self.width.max())
+    # No client is left with fewer units than its own budget asks for.
+    self.floor = min(float(self.width.min()), self.cap)
 
   # ---- state ---------------------------------------------------------------------
   def init_clients(self, params):
@@ -247,7 +259,8 @@ class PruneFL(Cos2p):
         mask, {k: importance[g] for k, g in GROUPS.items()},
         self.unit_magnitude(params), fixed, self.unit_time, self.unit_params,
         self.fixed_time, self.cap,
-        self.prunefl.max_decrease if max_decrease is None else max_decrease)
+        self.prunefl.max_decrease if max_decrease is None else max_decrease,
+        floor=self.floor)
 
   def program_client_state(self, state: ServerState, plans: ClientPlan):
     n = plans.client_id.shape[0]
