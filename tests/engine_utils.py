@@ -3,7 +3,7 @@ import chex
 import jax
 import numpy as np
 
-from fedjax_het import models
+from fedjax_het import models, run
 from fedjax_het.algorithms import FedAvg
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.rounds import RoundRunner
@@ -76,3 +76,32 @@ def checkpoint_round_trip(directory: str, round_index: int, state, like,
     return checkpoints.restore(round_index, like)
   finally:
     checkpoints.close()
+
+
+# A 2-block ViT for the tests of the Co-S²P family.
+TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
+
+
+def tiny_vit_config(num_clients=4, **overrides):
+  """IID digits clients on TINY_VIT with fixed 1 s client rounds, no jitter
+  and SGD; `overrides` are core keys."""
+  config = base_config()
+  config.update(dict(algorithm='cos2p', dataset='digits', model='vit',
+                     num_clients=num_clients, clients_per_round=num_clients,
+                     partition='iid', batch_size=64, client_lr=0.05,
+                     rounds=3))
+  config.update(overrides)
+  config.model_options = dict(TINY_VIT)   # replaced, not merged
+  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
+                           optimizer='sgd'))
+  return config
+
+
+def vit_experiment(config, cls=None):
+  """(algorithm, initial state, federated split) of `config`, the algorithm
+  built as `cls` when given."""
+  split, model, params, algorithm = run.build_experiment(config)
+  if cls is not None:
+    algorithm = cls(config, model, split.train)
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(config.seed)), \
+      split

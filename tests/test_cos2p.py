@@ -5,33 +5,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine_utils import checkpoint_round_trip
+from engine_utils import (TINY_VIT, checkpoint_round_trip, tiny_vit_config,
+                          vit_experiment)
 from fedjax_het import config as config_lib
-from fedjax_het import run
 from fedjax_het.algorithms import cos2p
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 
-TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
-
-
 def cos2p_config(**cos2p_options):
   """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks."""
-  config = config_lib.base_config()
-  config.update(dict(
-      algorithm='cos2p', dataset='digits', model='vit', num_clients=4,
-      clients_per_round=4, partition='iid', batch_size=64, client_lr=0.05,
-      rounds=3))
-  config.model_options = dict(TINY_VIT)   # replaced, not merged
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
+  config = tiny_vit_config()
   config.cos2p.update(cos2p_options)
   return config
 
 
 def build(config):
-  split, model, params, algorithm = run.build_experiment(config)
-  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+  algorithm, state, split = vit_experiment(config)
   return algorithm, state, split.train.to_device()
 
 

@@ -6,36 +6,22 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_het import config as config_lib
-from fedjax_het import evaluation, run
-from fedjax_het.algorithms.fedpm import FedPM, FedPMOptions
+from engine_utils import tiny_vit_config, vit_experiment
+from fedjax_het import evaluation
+from fedjax_het.algorithms.fedpm import FedPM
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, StepContext
 from fedjax_het.options import ConfigError
 
-TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
-
-
 def fedpm_config(num_clients=2, **fedpm_options):
-  config = config_lib.base_config()
-  config.update(dict(
-      algorithm='cos2p', dataset='digits', model='vit',
-      num_clients=num_clients, clients_per_round=num_clients,
-      partition='iid', batch_size=128, client_lr=0.05, rounds=3))
-  config.model_options = dict(TINY_VIT)
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
-  config.fedpm = FedPMOptions.defaults()
+  config = tiny_vit_config(num_clients, batch_size=128)
   config.fedpm.update(fedpm_options)
   return config
 
 
 def build(config):
-  split, model, params, _ = run.build_experiment(config)
-  algorithm = FedPM(config, model, split.train)
-  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
-  return algorithm, state, split
+  return vit_experiment(config, FedPM)
 
 
 def fake_round(algorithm, state, data, masks, active):

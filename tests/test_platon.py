@@ -5,37 +5,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import config as config_lib
-from fedjax_het import run
+from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het.algorithms import platon
 from fedjax_het.algorithms.cos2p import FedAvgFull
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 
-TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
-
-
 def platon_config(**platon_options):
   """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks."""
-  config = config_lib.base_config()
-  config.update(dict(
-      algorithm='vit_fedavg', dataset='digits', model='vit', num_clients=4,
-      clients_per_round=4, partition='iid', batch_size=64, client_lr=0.05,
-      rounds=3, aggregation_weights='uniform'))
-  config.model_options = dict(TINY_VIT)
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
-  config[platon.PlatonOptions.key] = platon.PlatonOptions.defaults()
+  config = tiny_vit_config(algorithm='vit_fedavg',
+                           aggregation_weights='uniform')
   config.platon.update(platon_options)
   return config
 
 
 def build(config, cls=platon.FedAvgPlaton):
-  """The experiment of `config` with `cls` as its algorithm (the registry
-  need not know it)."""
-  split, model, params, _ = run.build_experiment(config)
-  algorithm = cls(config, model, split.train)
-  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+  """The experiment of `config` with `cls` as its algorithm."""
+  algorithm, state, split = vit_experiment(config, cls)
   return algorithm, state, split.train.to_device()
 
 

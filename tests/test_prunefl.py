@@ -6,36 +6,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import config as config_lib
+from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het import run
 from fedjax_het.algorithms import prunefl
 from fedjax_het.core.rounds import RoundRunner
 
-TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
 KINDS = ('heads', 'proj', 'fc1', 'fc2')
 
 
 def prunefl_config(num_clients=2, **options):
-  config = config_lib.base_config()
-  config.update(dict(
-      algorithm='vit_fedavg', dataset='digits', model='vit',
-      num_clients=num_clients, clients_per_round=num_clients,
-      partition='iid', batch_size=128, client_lr=0.05, rounds=4,
-      aggregation_weights='uniform'))
-  config.model_options = dict(TINY_VIT)
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
-  config.prunefl = prunefl.PruneFLOptions.defaults()
+  config = tiny_vit_config(num_clients, algorithm='vit_fedavg',
+                           batch_size=128, rounds=4,
+                           aggregation_weights='uniform')
   config.prunefl.update(options)
   return config
 
 
 def build(config, cls=prunefl.PruneFL):
-  split, model, params, algorithm = run.build_experiment(config)
-  if cls is not None:
-    algorithm = cls(config, model, split.train)
-  return algorithm, algorithm.init(params, jax.random.PRNGKey(config.seed)), \
-      split.train.to_device()
+  algorithm, state, split = vit_experiment(config, cls)
+  return algorithm, state, split.train.to_device()
 
 
 def reference_search(kept, imp, mag, fixed_imp, time, size, c, cap, dec):

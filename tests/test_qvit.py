@@ -5,14 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import config as config_lib
+from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het import run
 from fedjax_het.algorithms import qvit
 from fedjax_het.algorithms.cos2p import FedAvgFull
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 
-TINY_VIT = {'depth': 2, 'hidden': 16, 'mlp': 32, 'heads': 2, 'patch': 4}
 # w/s with s = 0.5: −6.2, −2.6, −0.52, 0, 0.48, 0.52, 1.48, 10.
 W = jnp.array([-3.1, -1.3, -0.26, 0.0, 0.24, 0.26, 0.74, 5.0])
 INSIDE = np.array([False, True, True, True, True, True, True, False])
@@ -20,24 +19,15 @@ INSIDE = np.array([False, True, True, True, True, True, True, False])
 
 def qvit_config(**qvit_options):
   """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks."""
-  config = config_lib.base_config()
-  config.update(dict(
-      algorithm='vit_fedavg', dataset='digits', model='vit', num_clients=4,
-      clients_per_round=4, partition='iid', batch_size=64, client_lr=0.05,
-      rounds=3, aggregation_weights='uniform'))
-  config.model_options = dict(TINY_VIT)
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
-  config[qvit.QvitOptions.key] = qvit.QvitOptions.defaults()
+  config = tiny_vit_config(algorithm='vit_fedavg',
+                           aggregation_weights='uniform')
   config.qvit.update(qvit_options)
   return config
 
 
 def build(config, cls=qvit.FedAvgQvit):
   """The experiment of `config` with `cls` as its algorithm."""
-  split, model, params, _ = run.build_experiment(config)
-  algorithm = cls(config, model, split.train)
-  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+  algorithm, state, split = vit_experiment(config, cls)
   return algorithm, state, split.train.to_device()
 
 
