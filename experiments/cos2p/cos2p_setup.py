@@ -3,7 +3,8 @@
 `scaled_config()` is the common config of every method (data, model, training, clock; see
 scaled_digits.py for the setting), `with_time_budget(config)` gives a config as many rounds as its
 virtual clock fits in `VIRTUAL_SECONDS` (so methods are compared at equal virtual time), and
-`COLUMNS` is the Table-1 layout read from each run's summary.json.
+`COLUMNS` is the Table-1 layout read from each run's summary.json. `paper_config(...)` is the
+paper-scale config of E1–E3 (the e*_imagenet*.py files).
 """
 import ml_collections
 import numpy as np
@@ -89,4 +90,49 @@ def with_time_budget(config):
   chunk = max(1, rounds // 18)
   config.update(rounds=rounds, eval_every=chunk, rounds_per_call=chunk,
                 checkpoint_every=chunk * (rounds // chunk + 1))
+  return config
+
+
+def paper_config(experiment: str, *, dataset_options: dict, init_params_file: str,
+                 rounds: int, client_lr: float, mask_lr: float, lambda_budget: float,
+                 lambda_kd: float):
+  """Co-S²P at paper scale (App. E, Tab. 6/7). The clients, model, μ, T_clk, E, Q̂ and Ê come
+  from `vit_cost.PAPER_EXPERIMENTS[experiment]`; the rest is each experiment's own."""
+  setting = vit_cost.paper_experiment(experiment)
+  clients = setting.clients
+  config = base_config()
+  config.algorithm = 'cos2p'
+  config.dataset = 'imagenet2012'
+  config.dataset_options = dataset_options
+  config.model = setting.model
+  config.model_options = {}
+  config.init_params_file = init_params_file
+  config.num_clients = len(clients)
+  config.clients_per_round = len(clients)
+  config.partition = 'sized_dirichlet'
+  config.alpha = 1.5
+  config.client_sizes = tuple(c.dataset_size for c in clients)
+  config.local_test = True
+  config.local_test_fraction = 0.2
+  config.augment = 'none'
+  config.rounds = rounds
+  config.batch_size = 32
+  config.client_lr = client_lr
+  config.client_weight_decay = 0.05
+  config.eval_every = 10
+  config.checkpoint_every = 10
+  config.eval_batch_size = 256
+  c = config.cos2p
+  c.budgets = tuple(client.budget for client in clients)
+  c.device_types = tuple(client.device for client in clients)
+  c.optimizer = 'adan'
+  c.epochs = setting.epochs
+  c.mask_rounds = setting.mask_rounds
+  c.mask_epochs = setting.mask_epochs
+  c.mask_lr = mask_lr
+  c.lambda_budget = lambda_budget
+  c.lambda_kd = lambda_kd
+  c.temperature = 3.0
+  c.mu = setting.mu
+  c.t_clk = setting.t_clk
   return config

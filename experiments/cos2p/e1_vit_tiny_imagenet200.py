@@ -53,46 +53,10 @@ Deviations: one batch size for every client, 32 (our engine has one; Tab. 7 uses
 (≈ 260k) is split in proportion to Tab. 7's sizes, ≈ 12% more per client than their sum (231k).
 Client round times are the analytic Jetson model (systems.vit_cost), not measurements.
 """
-from fedjax_het.config import base_config
-from fedjax_het.systems import vit_cost
-
-CLIENTS = vit_cost.paper_clients('E1')   # Tab. 7, in type order
+from cos2p_setup import paper_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'cos2p'
-  config.dataset = 'imagenet2012'
-  config.dataset_options = {'classes': 'tiny_imagenet', 'image_size': 224}
-  config.model = 'vit_tiny'
-  config.model_options = {}
-  config.init_params_file = ''
-  config.num_clients = len(CLIENTS)
-  config.clients_per_round = len(CLIENTS)
-  config.partition = 'sized_dirichlet'
-  config.alpha = 1.5
-  config.client_sizes = tuple(c.dataset_size for c in CLIENTS)
-  config.local_test = True
-  config.local_test_fraction = 0.2
-  config.augment = 'none'
-  config.rounds = 120
-  config.batch_size = 32
-  config.client_lr = 0.005
-  config.client_weight_decay = 0.05
-  config.eval_every = 10
-  config.checkpoint_every = 10
-  config.eval_batch_size = 256
-  c = config.cos2p
-  c.budgets = tuple(client.budget for client in CLIENTS)
-  c.device_types = tuple(client.device for client in CLIENTS)
-  c.optimizer = 'adan'
-  c.epochs = 5
-  c.mask_rounds = 20
-  c.mask_epochs = 5
-  c.mask_lr = 0.01
-  c.lambda_budget = 1.0
-  c.lambda_kd = 0.2
-  c.temperature = 3.0
-  c.mu = 0.5
-  c.t_clk = 60.0
-  return config
+  return paper_config('E1', dataset_options={'classes': 'tiny_imagenet', 'image_size': 224},
+                      init_params_file='', rounds=120, client_lr=0.005,
+                      mask_lr=0.01, lambda_budget=1.0, lambda_kd=0.2)

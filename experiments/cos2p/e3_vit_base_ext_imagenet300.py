@@ -61,48 +61,13 @@ classes (≈ 385k) is split in proportion to Tab. 7's sizes, ≈ 3% more per cli
 (374k). Our ViT's MLP uses the exact GELU, the checkpoint's the tanh one (models.vit_pretrained).
 Client round times are the analytic Jetson model (systems.vit_cost), not measurements.
 """
-from fedjax_het.config import base_config
-from fedjax_het.systems import vit_cost
+from cos2p_setup import paper_config
 
-CLIENTS = vit_cost.paper_clients('E3')   # Tab. 7, in type order
 # Set with --config.init_params_file=PATH; this placeholder stops the run with a one-line error.
 CHECKPOINT = '/path/to/ViT-B_16.npz'
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'cos2p'
-  config.dataset = 'imagenet2012'
-  config.dataset_options = {'num_classes': 300, 'class_seed': 0, 'image_size': 224}
-  config.model = 'vit_base_ext'
-  config.model_options = {}
-  config.init_params_file = CHECKPOINT
-  config.num_clients = len(CLIENTS)
-  config.clients_per_round = len(CLIENTS)
-  config.partition = 'sized_dirichlet'
-  config.alpha = 1.5
-  config.client_sizes = tuple(c.dataset_size for c in CLIENTS)
-  config.local_test = True
-  config.local_test_fraction = 0.2
-  config.augment = 'none'
-  config.rounds = 100
-  config.batch_size = 32
-  config.client_lr = 0.00025
-  config.client_weight_decay = 0.05
-  config.eval_every = 10
-  config.checkpoint_every = 10
-  config.eval_batch_size = 256
-  c = config.cos2p
-  c.budgets = tuple(client.budget for client in CLIENTS)
-  c.device_types = tuple(client.device for client in CLIENTS)
-  c.optimizer = 'adan'
-  c.epochs = 5
-  c.mask_rounds = 10
-  c.mask_epochs = 5
-  c.mask_lr = 0.001
-  c.lambda_budget = 1.5
-  c.lambda_kd = 0.3
-  c.temperature = 3.0
-  c.mu = 0.4
-  c.t_clk = 150.0
-  return config
+  return paper_config('E3', dataset_options={'num_classes': 300, 'class_seed': 0, 'image_size': 224},
+                      init_params_file=CHECKPOINT, rounds=100, client_lr=0.00025,
+                      mask_lr=0.001, lambda_budget=1.5, lambda_kd=0.3)
