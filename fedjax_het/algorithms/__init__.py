@@ -1,4 +1,5 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
+from fedjax_het.algorithms.adavit import FedAvgAdavit
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
 from fedjax_het.algorithms.fedpm import FedPM
@@ -25,7 +26,7 @@ ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
         FjORD, ScaleFL, FedAvgHet, FedACS, CaFedAvg, FedVarp, FedNova, FedAU,
         OptimalSampling, HIST, HFedAvg, CseFsl, FslAn, FslMc, FslOc, Cos2p,
         FedAvgFull, FedRolexVit, RamFed, FedPM, PruneFL, FedAvgPlaton,
-        FedAvgQvit)
+        FedAvgQvit, FedAvgAdavit)
 }
 
 

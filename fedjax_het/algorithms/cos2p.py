@@ -183,12 +183,19 @@ class Cos2p(FederatedAlgorithm):
   # train the full depth at width R_w (no frozen or pruned blocks).
   fixed_options: dict = {}
   full_depth = False
+  # Whether it trains AdaViT's decision networks (a ViT with decisions=True).
+  reads_decisions = False
 
   def __init__(self, config, model, data):
     if not isinstance(model, vit.ViT):
       raise ConfigError(f'{self.name} trains a ViT; config.model must be vit '
                         f'or a preset (vit_tiny, vit_base, vit_base_ext), got '
                         f'{config.model!r}.')
+    if model.decisions != self.reads_decisions:
+      raise ConfigError(
+          f'{self.name} needs model_options.decisions='
+          f'{self.reads_decisions} (AdaViT\'s decision networks are trained '
+          'by vit_fedavg_adavit only).')
     if config.clients_per_round != config.num_clients:
       raise ConfigError(
           f'{self.name} keeps every client busy (Alg. 1), so '
@@ -640,28 +647,18 @@ class Cos2p(FederatedAlgorithm):
 
   # ---- evaluation --------------------------------------------------------------
   def state_evaluator(self, split):
-    """Server: the full model's deepest exit (global heads) on the test set,
-    Top-1/Top-5/weighted F1. Clients (with `local_test`): each client's
-    personalised submodel (its masks, window and exit heads; deepest exit)
-    on its local test split, averaged weighted by the split sizes."""
+    """Server: `server_logits` (the full model's deepest exit, global
+    heads) on the test set, Top-1/Top-5/weighted F1. Clients (with
+    `local_test`): each client's `personal_logits` on its local test split,
+    averaged weighted by the split sizes."""
     server = evaluation.make_evaluator(
-        lambda p, x: self.model.apply({'params': p}, x), split.test_x,
-        split.test_y, self.config.eval_batch_size, extended=True)
+        self.server_logits, split.test_x, split.test_y,
+        self.config.eval_batch_size, extended=True)
     if split.local_test is None:
       return lambda state: server(state.params)
     depth = jnp.asarray(self.depth)
-
-    def personal(shared, row, x):
-      offset, layers = row['offset'], jnp.arange(self.model.depth)
-      window = {'run': layers < offset + row['depth'],
-                'frozen': layers < offset}
-      params = ({**shared, **row['heads']} if self.options.personal_heads
-                else shared)
-      logits = self.exits_logits(params, x, row['units'], window)
-      return logits[offset + row['depth'] - 1]
-
     clients = evaluation.make_personal_evaluator(
-        personal, split.local_test, self.config.eval_batch_size,
+        self.personal_logits, split.local_test, self.config.eval_batch_size,
         extended=True)
     weights = np.asarray(split.local_test.counts, np.float64)
     weights = weights / weights.sum()
@@ -675,6 +672,30 @@ class Cos2p(FederatedAlgorithm):
       return out
 
     return evaluate
+
+  def server_logits(self, params: PyTree, x: jax.Array) -> jax.Array:
+    """The server model's logits [B, C]: the full ViT's deepest exit."""
+    return self.model.apply({'params': params}, x)
+
+  def personal_logits(self, shared: PyTree, row: PyTree,
+                      x: jax.Array) -> jax.Array:
+    """A client's personalised submodel (its masks, window and exit heads;
+    deepest exit) on x: logits [B, C]. `row` is its row of the client
+    state with its depth."""
+    offset, layers = row['offset'], jnp.arange(self.model.depth)
+    window = {'run': layers < offset + row['depth'],
+              'frozen': layers < offset}
+    params = ({**shared, **row['heads']} if self.options.personal_heads
+              else shared)
+    logits = self.exits_logits(params, x, row['units'], window)
+    return logits[offset + row['depth'] - 1]
+
+
+def revert_untrained(params: PyTree, start: PyTree, held: PyTree) -> PyTree:
+  """`params` where `held` > 0, the round's `start` elsewhere: entries a
+  client did not train (e.g. moved only by weight decay) are not uploaded."""
+  return jax.tree.map(lambda p, s, m: jnp.where(m > 0, p, s), params, start,
+                      held)
 
 
 def then(base: program.ClientProgram, finish) -> program.ClientProgram:

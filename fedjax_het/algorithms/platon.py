@@ -229,8 +229,7 @@ class FedAvgPlaton(cos2p.Cos2p):
       """Entries outside the last step's units revert to the start model."""
       local = carry.local
       held = self.entry_holders(local.client_state['mask'], plan.extras)
-      params = jax.tree.map(lambda p, s, m: jnp.where(m > 0, p, s),
-                            local.params, carry.start, held)
+      params = cos2p.revert_untrained(local.params, carry.start, held)
       return self.finish_weights(local.replace(params=params), plan)
 
     return program.ClientProgram(

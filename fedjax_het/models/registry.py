@@ -37,7 +37,7 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   simple_cnn(norm, num_groups, conv_impl), resnet18(width, norm, num_groups, exits, conv_impl);
   split models (models/split.py): split_cifar_cnn(cut, aux, aux_channels, pool),
   split_emnist_cnn(cut, aux, aux_channels, conv_relu), split_lenet5(cut, aux, aux_channels);
-  vit(depth, hidden, mlp, heads, patch) and its presets vit_tiny, vit_base, vit_base_ext (the
+  vit(depth, hidden, mlp, heads, patch, decisions) and its presets vit_tiny, vit_base, vit_base_ext (the
   paper sizes of Co-S²P, `models.vit.VIT_PRESETS`; options override them).
   `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
   (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
