@@ -140,6 +140,19 @@ def test_experiment_configs_load_and_validate(name):
   assert config.client_weight_decay == 0.05 and config.algorithm == 'cos2p'
   assert (name == 'E1') == (config.init_params_file == '')
   assert cli.main(['--config', path, '--show-config']) == 0
+  # The comparison: every row of the paper's table on the same setting.
+  rows = cli.experiment_configs(cli.load_experiment(path), path)
+  assert {label: row.algorithm for label, row in rows.items()} == {
+      'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
+      'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit',
+      'fedpm': 'fedpm', 'prunefl': 'prunefl', 'ram_fed': 'ram_fed',
+      'fedrolex': 'vit_fedrolex', 'cos2p': 'cos2p', 'cos2p_async': 'cos2p'}
+  for label, row in rows.items():
+    config_lib.validate(row)
+    assert row.model_options.get('decisions', False) == (label == 'fedavg_adavit')
+    assert list(row.client_sizes) == list(config.client_sizes)
+  assert rows['cos2p'].to_json() == config.to_json()
+  assert rows['cos2p_async'].cos2p.mu == 1 / len(clients)
 
 
 @pytest.mark.parametrize('name', ['E2', 'E3'])

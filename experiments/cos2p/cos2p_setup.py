@@ -4,7 +4,8 @@
 scaled_digits.py for the setting), `with_time_budget(config)` gives a config as many rounds as its
 virtual clock fits in `VIRTUAL_SECONDS` (so methods are compared at equal virtual time), and
 `COLUMNS` is the Table-1 layout read from each run's summary.json. `paper_config(...)` is the
-paper-scale config of E1–E3 (the e*_imagenet*.py files).
+paper-scale config of E1–E3 (the e*_imagenet*.py files), and `table_row(config, label)` turns
+Co-S²P's config into any row of Tables 1–2 (`TABLE_ROWS`).
 """
 import ml_collections
 import numpy as np
@@ -34,6 +35,31 @@ E1_NX_RATIO = 0.134
 # Every method trains for the same virtual time: FedAvg (Full)'s 18 rounds.
 VIRTUAL_SECONDS = 12_000.0
 MAX_ROUNDS = 2000
+
+
+# Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is μ = 1/N, T_clk = 0; the baselines fix
+# their own μ = 1, T_clk = 0 (`algorithms.cos2p.SYNCHRONOUS_BASELINE`).
+TABLE_ROWS = {
+    'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
+    'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit', 'fedpm': 'fedpm',
+    'prunefl': 'prunefl', 'ram_fed': 'ram_fed', 'fedrolex': 'vit_fedrolex', 'cos2p': 'cos2p',
+    'cos2p_async': 'cos2p'}
+
+
+def table_row(config, label: str):
+  """Co-S²P's `config` as the row `label` of Tables 1–2 (a copy)."""
+  row = config.copy_and_resolve_references()
+  row.algorithm = TABLE_ROWS[label]
+  if label == 'cos2p_async':
+    row.cos2p.update(mu=1.0 / row.num_clients, t_clk=0.0)
+  if row.algorithm == 'vit_fedavg_adavit':
+    row.model_options['decisions'] = True
+  return row
+
+
+def table_configs(config) -> dict:
+  """Every row of Tables 1–2 (`TABLE_ROWS`) from Co-S²P's `config`."""
+  return {label: table_row(config, label) for label in TABLE_ROWS}
 
 
 def clock_scales(batch: int) -> tuple[float, float]:

@@ -1,13 +1,11 @@
 """Co-S²P E1: "ViT-Tiny" from scratch on ImageNet200, 8 Jetson clients (Li et al., Tab. 1).
 
 Command:   fedjax-het --config experiments/cos2p/e1_vit_tiny_imagenet200.py \
-               --workdir runs/cos2p/e1_cos2p --config.data_dir=DIR
-           Baselines (same data, clients and clock; synchronous: μ = 1, T_clk = 0), each with its
-           own --workdir:
-             FedAvg(Full)    --config.algorithm=vit_fedavg --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             FedRolex        --config.algorithm=vit_fedrolex --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             RAM-Fed         --config.algorithm=ram_fed --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             Co-S²P(Async.)  --config.cos2p.mu=0.125 --config.cos2p.t_clk=0.0   (μ = 1/N, N = 8)
+               --workdir runs/cos2p/e1 --config.data_dir=DIR
+           runs every row of the paper's table in <workdir>/<label> (same data, clients and clock):
+           fedavg_full, fedavg_platon, fedavg_adavit, fedavg_qvit, fedpm, prunefl, ram_fed, fedrolex
+           (synchronous: μ = 1, T_clk = 0), cos2p and cos2p_async (μ = 1/N, T_clk = 0); a finished
+           row is kept when the command is run again. get_config() is Co-S²P's row alone.
 Needs:     ImageNet-1k prepared by TFDS under DIR. TFDS cannot download it: put
            ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (image-net.org) in
            DIR/downloads/manual, then python -c "import tensorflow_datasets as tfds;
@@ -19,6 +17,11 @@ Memory:    the 200 classes at 224 px are ≈ 270k float32 images, ≈ 163 GB of 
            --config.dataset_options.image_size=64 (4 × 4 patches, ≈ 13 GB) or 112 (≈ 41 GB).
 Paper (%, Tab. 1, ViT-Tiny / ImageNet200; Server Top1 Top5 F1 | Client Top1 Top5 F1 | RU):
              FedAvg(Full)    38.7 63.6 37.3 | 39.2 64.1 37.1 |  63.5
+             FedAvg+PLATON   19.3 42.7 19.1 | 16.5 37.5 17.4 |  70.4
+             FedAvg+AdaViT   17.9 36.1 16.2 | 14.3 34.5 14.0 |  67.3
+             FedAvg+Q-ViT    17.6 40.1 15.8 | 14.9 34.8 13.6 |  70.7
+             FedPM           16.2 38.7 15.5 | 14.2 34.0 12.9 |  71.8
+             PruneFL         21.8 42.2 19.1 | 20.2 39.1 17.1 |  69.2
              FedRolex        24.3 48.0 23.1 | 20.7 45.8 20.5 |  72.5
              RAM-Fed         23.6 46.0 21.5 | 19.4 41.2 19.3 |  69.9
              Co-S²P          33.1 59.2 31.9 | 31.8 56.6 30.5 |  87.9
@@ -53,10 +56,14 @@ Deviations: one batch size for every client, 32 (our engine has one; Tab. 7 uses
 (≈ 260k) is split in proportion to Tab. 7's sizes, ≈ 12% more per client than their sum (231k).
 Client round times are the analytic Jetson model (systems.vit_cost), not measurements.
 """
-from cos2p_setup import paper_config
+from cos2p_setup import paper_config, table_configs
 
 
 def get_config():
   return paper_config('E1', dataset_options={'classes': 'tiny_imagenet', 'image_size': 224},
                       init_params_file='', rounds=120, client_lr=0.005,
                       mask_lr=0.01, lambda_budget=1.0, lambda_kd=0.2)
+
+
+def get_configs():
+  return table_configs(get_config())

@@ -1,14 +1,12 @@
-"""Co-S²P E2: ViT-Base from the pretrained ViT-B/16 on ImageNet300, 16 Jetson clients (Tab. 2).
+"""Co-S²P E2: ViT-Base from the pretrained ViT-B/16 on ImageNet300, 16 Jetson clients (Tab. 1, right half).
 
 Command:   fedjax-het --config experiments/cos2p/e2_vit_base_imagenet300.py \
-               --workdir runs/cos2p/e2_cos2p --config.data_dir=DIR \
+               --workdir runs/cos2p/e2 --config.data_dir=DIR \
                --config.init_params_file=/path/ViT-B_16.npz
-           Baselines (same data, clients and clock; synchronous: μ = 1, T_clk = 0), each with its
-           own --workdir:
-             FedAvg(Full)    --config.algorithm=vit_fedavg --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             FedRolex        --config.algorithm=vit_fedrolex --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             RAM-Fed         --config.algorithm=ram_fed --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             Co-S²P(Async.)  --config.cos2p.mu=0.0625 --config.cos2p.t_clk=0.0   (μ = 1/N, N = 16)
+           runs every row of the paper's table in <workdir>/<label> (same data, clients and clock):
+           fedavg_full, fedavg_platon, fedavg_adavit, fedavg_qvit, fedpm, prunefl, ram_fed, fedrolex
+           (synchronous: μ = 1, T_clk = 0), cos2p and cos2p_async (μ = 1/N, T_clk = 0); a finished
+           row is kept when the command is run again. get_config() is Co-S²P's row alone.
 Needs:     ImageNet-1k prepared by TFDS under DIR. TFDS cannot download it: put
            ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (image-net.org) in
            DIR/downloads/manual, then python -c "import tensorflow_datasets as tfds;
@@ -23,8 +21,13 @@ Memory:    300 classes at 224 px are ≈ 400k float32 images, ≈ 240 GB of host
            engine places on the accelerator(s) (shard it over devices with client_devices). For
            one 80 GB GPU scale the images down: --config.dataset_options.image_size=112 (7 × 7
            patches, the pretrained positions resized; ≈ 60 GB) or 64 (≈ 20 GB).
-Paper (%, Tab. 2, ViT-Base / ImageNet300; Server Top1 Top5 F1 | Client Top1 Top5 F1 | RU):
+Paper (%, Tab. 1, ViT-Base / ImageNet300; Server Top1 Top5 F1 | Client Top1 Top5 F1 | RU):
              FedAvg(Full)    68.6 87.2 68.1 | 64.4 83.2 62.8 |  60.0
+             FedAvg+PLATON   37.6 58.2 35.5 | 34.5 54.2 30.1 |  74.3
+             FedAvg+AdaViT   31.9 54.9 32.1 | 28.6 51.7 29.1 |  72.7
+             FedAvg+Q-ViT    29.7 52.6 29.8 | 25.6 49.1 26.3 |  74.5
+             FedPM           26.4 49.3 27.2 | 23.7 44.8 24.6 |  76.2
+             PruneFL         42.1 65.8 41.3 | 37.1 61.6 36.2 |  79.6
              FedRolex        44.2 67.5 43.4 | 38.4 62.1 38.6 |  82.4
              RAM-Fed         43.4 66.7 42.0 | 36.8 59.6 35.3 |  80.5
              Co-S²P          50.6 76.4 48.9 | 47.2 72.5 45.5 |  92.4
@@ -59,7 +62,7 @@ classes (≈ 385k) is split in proportion to Tab. 7's sizes, ≈ 6% more per cli
 (363k). Our ViT's MLP uses the exact GELU, the checkpoint's the tanh one (models.vit_pretrained).
 Client round times are the analytic Jetson model (systems.vit_cost), not measurements.
 """
-from cos2p_setup import paper_config
+from cos2p_setup import paper_config, table_configs
 
 # Set with --config.init_params_file=PATH; this placeholder stops the run with a one-line error.
 CHECKPOINT = '/path/to/ViT-B_16.npz'
@@ -69,3 +72,7 @@ def get_config():
   return paper_config('E2', dataset_options={'num_classes': 300, 'class_seed': 0, 'image_size': 224},
                       init_params_file=CHECKPOINT, rounds=100, client_lr=0.00025,
                       mask_lr=0.001, lambda_budget=1.0, lambda_kd=0.3)
+
+
+def get_configs():
+  return table_configs(get_config())

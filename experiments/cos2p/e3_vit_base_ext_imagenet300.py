@@ -1,14 +1,12 @@
 """Co-S²P E3: ViT-Base(Ext.), 16 blocks from the pretrained ViT-B/16, on ImageNet300 (Tab. 2).
 
 Command:   fedjax-het --config experiments/cos2p/e3_vit_base_ext_imagenet300.py \
-               --workdir runs/cos2p/e3_cos2p --config.data_dir=DIR \
+               --workdir runs/cos2p/e3 --config.data_dir=DIR \
                --config.init_params_file=/path/ViT-B_16.npz
-           Baselines (same data, clients and clock; synchronous: μ = 1, T_clk = 0), each with its
-           own --workdir:
-             FedAvg(Full)    --config.algorithm=vit_fedavg --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             FedRolex        --config.algorithm=vit_fedrolex --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             RAM-Fed         --config.algorithm=ram_fed --config.cos2p.mu=1.0 --config.cos2p.t_clk=0.0
-             Co-S²P(Async.)  --config.cos2p.mu=0.0625 --config.cos2p.t_clk=0.0   (μ = 1/N, N = 16)
+           runs every row of the paper's table in <workdir>/<label> (same data, clients and clock):
+           fedavg_full, fedavg_platon, fedavg_adavit, fedavg_qvit, fedpm, prunefl, ram_fed, fedrolex
+           (synchronous: μ = 1, T_clk = 0), cos2p and cos2p_async (μ = 1/N, T_clk = 0); a finished
+           row is kept when the command is run again. get_config() is Co-S²P's row alone.
 Needs:     ImageNet-1k prepared by TFDS under DIR. TFDS cannot download it: put
            ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (image-net.org) in
            DIR/downloads/manual, then python -c "import tensorflow_datasets as tfds;
@@ -25,6 +23,11 @@ Memory:    300 classes at 224 px are ≈ 400k float32 images, ≈ 240 GB of host
            patches, the pretrained positions resized; ≈ 60 GB) or 64 (≈ 20 GB).
 Paper (%, Tab. 2, ViT-Base(Ext.) / ImageNet300; Server Top1 Top5 F1 | Client Top1 Top5 F1 | RU):
              FedAvg(Full)    56.4 78.3 55.8 | 50.4 73.0 49.9 |  61.4
+             FedAvg+PLATON   32.3 55.3 31.6 | 30.7 51.8 31.6 |  75.1
+             FedAvg+AdaViT   31.4 54.3 31.9 | 30.8 51.4 29.3 |  74.4
+             FedAvg+Q-ViT    30.7 53.2 30.2 | 28.1 52.1 27.6 |  74.1
+             FedPM           27.3 52.2 26.3 | 25.4 49.1 24.1 |  73.6
+             PruneFL         34.3 58.4 32.8 | 31.0 54.4 30.4 |  76.9
              FedRolex        38.1 63.2 37.3 | 35.6 58.5 34.7 |  78.2
              RAM-Fed         36.4 60.8 35.5 | 30.4 53.1 30.1 |  77.5
              Co-S²P          46.9 72.5 46.0 | 45.7 67.5 44.5 |  90.6
@@ -61,7 +64,7 @@ classes (≈ 385k) is split in proportion to Tab. 7's sizes, ≈ 3% more per cli
 (374k). Our ViT's MLP uses the exact GELU, the checkpoint's the tanh one (models.vit_pretrained).
 Client round times are the analytic Jetson model (systems.vit_cost), not measurements.
 """
-from cos2p_setup import paper_config
+from cos2p_setup import paper_config, table_configs
 
 # Set with --config.init_params_file=PATH; this placeholder stops the run with a one-line error.
 CHECKPOINT = '/path/to/ViT-B_16.npz'
@@ -71,3 +74,7 @@ def get_config():
   return paper_config('E3', dataset_options={'num_classes': 300, 'class_seed': 0, 'image_size': 224},
                       init_params_file=CHECKPOINT, rounds=100, client_lr=0.00025,
                       mask_lr=0.001, lambda_budget=1.5, lambda_kd=0.3)
+
+
+def get_configs():
+  return table_configs(get_config())
