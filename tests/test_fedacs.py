@@ -590,3 +590,52 @@ def test_fednova_tau_eff_from_the_received_updates():
   np.testing.assert_allclose(plans.extras['coefficient'], tau / a, rtol=1e-5)  # ω/π = 1 (IS)
   assert not np.allclose(by_form['expected'].extras['coefficient'], tau / a)
 
+
+def test_toy_figure_configs_are_the_papers_settings():
+  """fig4.py: M = 30, K = 15, η = 0.001, E_m ∈ R^10, the three systems × four
+  solvers, FedAvg and FedACS; fig7.py: M = 20, K = 6, lr 0.002, calibrated,
+  the DNN tables' static and dynamic systems, all seven methods."""
+  solvers = {'SGD': {}, 'proximal SGD μ = 1': {'prox_mu': 1.0},
+             'decayed-lr SGD d = 0.005': {'lr_decay': 0.005},
+             'momentum SGD 0.3': {'momentum': 0.3}}
+  fig4 = load_script('fig4.py').get_configs()
+  assert set(fig4) == {f'{s}, {v}' for s in ('left', 'middle', 'right')
+                       for v in solvers}
+  # setting → (most local steps, smallest and largest q of any client)
+  systems = {'left': (15, 0.2, 0.2), 'middle': (30, 0.01, 0.3),
+             'right': (30, 0.0, 0.4), 'static': (39, 0.02, 0.4),
+             'dynamic': (30, 0.0, 0.5)}
+  fig7 = load_script('fig7.py').get_configs()
+  assert set(fig7) == {'static', 'dynamic'}
+  for label, config in {**fig4, **fig7}.items():
+    setting, _, solver = label.partition(', ')
+    in_fig4 = label in fig4
+    assert (len(config.optima), config.clients_per_round, config.client_lr) \
+        == ((30, 15, 0.001) if in_fig4 else (20, 6, 0.002))
+    assert quadratic.optima_array(config.optima).shape[1] == 10
+    assert tuple(config.methods) == (('fedavg_het', 'fedacs') if in_fig4
+                                     else FEDACS_FAMILY)
+    assert config.calibrate == (not in_fig4)
+    keys = {'prox_mu': 0.0, 'lr_decay': 0.0, 'momentum': 0.0,
+            **solvers.get(solver, {})}
+    assert {k: config[k] for k in keys} == keys
+    for method in config.methods:
+      algorithm, _, _ = toy_algorithm(config, method)
+      model = algorithm.heterogeneity
+      lo, hi = model.failure_prob_bounds()
+      np.testing.assert_allclose((model.max_steps(), lo.min(), hi.max()),
+                                 systems[setting])
+
+
+def test_quadratic_script_runs_a_figure_config(tmp_path):
+  script = load_script('quadratic.py')
+  assert script.main(['--config', os.path.join(REPO, 'experiments', 'fedacs',
+                                                'fig7.py'),
+                      f'--workdir={tmp_path}', '--config.rounds=4',
+                      "--config.methods=('fedacs',)"]) == 0
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert set(summary) == {'static', 'dynamic'}
+  for rows in summary.values():
+    assert set(rows) == {'fedacs'} and len(rows['fedacs']['true_optimum']) == 10
+  configs = json.loads((tmp_path / 'config.json').read_text())
+  assert configs['dynamic']['rounds'] == 4
