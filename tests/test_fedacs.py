@@ -15,8 +15,12 @@ import pytest
 
 from fedjax_het import algorithms, cli, models, run
 from fedjax_het.algorithms import FEDACS_FAMILY
+from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms.systems_aware import FedAvgHet
+from fedjax_het.core import program
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core.state import ClientPlan
+from fedjax_het.systems import local_work
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,16 +30,19 @@ import quadratic_toy as quadratic  # pylint: disable=g-import-not-at-top,wrong-i
 QUICKSTART = os.path.join(REPO, 'experiments', 'quickstart.py')
 
 
-def toy(**overrides):
+def toy(systems=None, **overrides):
+  """The toy's defaults with top-level `overrides` and `systems` keys."""
   config = quadratic.default_config()
   config.update(overrides)
+  config.systems.update(systems or {})
   return config
 
 
 def toy_arrays(config):
+  """E, q, T and ω of a toy with scalar optima and static systems. [M] each."""
   e = np.asarray(config.optima, np.float64)
-  q = np.asarray(config.q, np.float64)
-  t = np.asarray(config.local_steps, np.float64)
+  q = np.asarray(config.systems.q, np.float64)
+  t = np.asarray(config.systems.local_work, np.float64)
   return e, q, t, np.full(e.shape, 1 / e.size)
 
 
@@ -76,24 +83,28 @@ def test_time_averaged_iterate_settles_at_each_methods_fixed_point():
   for method in FEDACS_FAMILY:
     row = summary[method]
     w = spec_weights(method, config) * (1 - (1 - eta)**t)  # App. C Eq. (39)
-    np.testing.assert_allclose(row['analytic_fixed_point'], w @ e / w.sum(),
-                               rtol=1e-6)
-    assert row['true_optimum'] == true_optimum
+    (fixed_point,), (time_avg,) = row['analytic_fixed_point'], row['time_avg_iterate']
+    np.testing.assert_allclose(fixed_point, w @ e / w.sum(), rtol=1e-6)
+    assert row['true_optimum'] == [true_optimum]
+    np.testing.assert_allclose(row['distance_fixed_point'],
+                               abs(fixed_point - true_optimum), rtol=1e-6)
+    np.testing.assert_allclose(row['distance_time_avg'],
+                               abs(time_avg - true_optimum), rtol=1e-6)
+    assert row['mean_distance'] >= row['distance_time_avg'] - 1e-9  # Jensen
     # Noise of the time average is ≈ 0.05 (FedACS, across seeds); the fixed
     # points of different rules are ≥ 0.3 apart.
-    assert abs(row['time_avg_iterate'] - row['analytic_fixed_point']) < 0.15
+    assert abs(time_avg - fixed_point) < 0.15
   # FedAvg leans toward the reliable, hard-working clients (large E_m here).
-  assert summary['fedavg_het']['analytic_fixed_point'] > true_optimum + 1.5
+  assert summary['fedavg_het']['analytic_fixed_point'][0] > true_optimum + 1.5
   # FedACS lands on X* up to O(ηT): its weights are (1 − (1 − η)^T)/(ηT)
   # ∈ [1 − ηT/2, 1].
   fedacs = summary['fedacs']
   bound = eta * t.max() / 2 * np.abs(e - true_optimum).max()
-  assert abs(fedacs['analytic_fixed_point'] - true_optimum) < bound
-  assert abs(fedacs['time_avg_iterate'] - true_optimum) < 0.15
+  assert fedacs['distance_fixed_point'] < bound
+  assert fedacs['distance_time_avg'] < 0.15
   # The paper's ranking of distances to X* (Fig. 7): FedACS < FedNova <
   # c-a-FedAvg = FedVarp = FedAU < FedAvg = OS.
-  distance = {m: abs(summary[m]['analytic_fixed_point'] - true_optimum)
-              for m in FEDACS_FAMILY}
+  distance = {m: summary[m]['distance_fixed_point'] for m in FEDACS_FAMILY}
   assert (distance['fedacs'] < distance['fednova'] < distance['ca_fedavg']
           < distance['fedavg_het'])
 
@@ -190,23 +201,122 @@ def test_fedau_expectation_with_interval_statistics():
   assert_expectation(samples, expected)
 
 
-@pytest.mark.parametrize('momentum, prox_mu', [(0.3, 0.0), (0.0, 1.0)])
-def test_local_solver_contraction_is_the_engines(momentum, prox_mu):
+@pytest.mark.parametrize('momentum, prox_mu, lr_decay', [
+    (0.3, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 0.1)])
+def test_local_solver_contraction_is_the_engines(momentum, prox_mu, lr_decay):
   # Reliable links and full participation make a round deterministic:
   # X_1 − X_0 = Σ_m ω_m U_m with U_m = c_m (E_m − X_0), c_m from the solver's
-  # closed form (momentum via its recursion matrix, FedProx's geometric sum).
-  config = toy(q=(0.0,) * 10, participation='full', momentum=momentum,
-               prox_mu=prox_mu, client_lr=0.05)
+  # recursion in numpy (momentum, FedProx's prox term, the decayed lr).
+  config = toy(systems=dict(q=(0.0,) * 10), participation='full',
+               momentum=momentum, prox_mu=prox_mu, lr_decay=lr_decay,
+               client_lr=0.05)
   e, _, t, w = toy_arrays(config)
   data = quadratic.quadratic_data(config.optima)
   algorithm = quadratic.quadratic_algorithm(
       quadratic.algorithm_config(config, 'fedavg_het'), data)
   state = algorithm.init({'x': jnp.full((1,), 2.0)}, jax.random.PRNGKey(0))
   new_state, _ = jax.jit(RoundRunner(algorithm, 'vmap').round)(state, data)
-  c = quadratic.contraction(t.astype(int), 0.05, momentum, prox_mu)
+  c = quadratic.contraction(t.astype(int), 0.05, momentum, prox_mu, lr_decay)
   np.testing.assert_allclose(float(new_state.params['x'][0]) - 2.0,
                              np.sum(w * c * (e - 2.0)), rtol=1e-4)
   assert not np.allclose(c, 1 - 0.95**t)  # differs from plain SGD's
+
+
+def toy_algorithm(config, method, key=0):
+  """(the toy's `method` for `config`, its initial state, the data)."""
+  data = quadratic.quadratic_data(config.optima)
+  algorithm = quadratic.quadratic_algorithm(
+      quadratic.algorithm_config(config, method), data)
+  dimension = quadratic.optima_array(config.optima).shape[1]
+  state = algorithm.init({'x': jnp.zeros((dimension,))},
+                         jax.random.PRNGKey(key))
+  return algorithm, state, data
+
+
+@pytest.mark.parametrize('lr_decay', [0.005, 0.2])
+def test_decayed_lr_norm_is_the_explicit_sum(lr_decay):
+  """‖a‖₁ of SGD whose step t runs at η(1 − d)^t is Σ_{t<S} a_t with
+  a_t = η_t/η = (1 − d)^t: in local_work, in FedACS's p (Eq. (15)) and
+  calibrated lr (Eq. (112)), and in FedNova's τ_eff/‖a‖₁ (Eq. (116))."""
+  explicit = lambda s: sum((1 - lr_decay)**t for t in range(s))
+  steps = (0, 1, 2, 7, 30)
+  np.testing.assert_allclose(
+      local_work.accumulation_norm(jnp.asarray(steps), 0.05, lr_decay=lr_decay),
+      [explicit(s) for s in steps], rtol=1e-5)
+  config = toy(lr_decay=lr_decay, calibrate=True)
+  _, q, t, w = toy_arrays(config)
+  a = np.array([explicit(int(s)) for s in t])
+  assert not np.allclose(a, t, rtol=1e-3)
+  fedacs, state, _ = toy_algorithm(config, 'fedacs')
+  rnd = fedacs.round_systems(state)
+  np.testing.assert_allclose(fedacs.work_norms(rnd), a, rtol=1e-5)
+  inverse = w / ((1 - q) * a)
+  np.testing.assert_allclose(fedacs.sampling_probs(rnd),
+                             inverse / inverse.sum(), rtol=1e-5)
+  np.testing.assert_allclose(
+      fedacs.client_lr(rnd),
+      config.client_lr * np.sum(w * (1 - q) * a) * inverse.sum(), rtol=1e-5)
+  fednova, state, _ = toy_algorithm(config, 'fednova')
+  tau = np.sum(w * (1 - q) * a) / np.sum(w * (1 - q))
+  np.testing.assert_allclose(fednova.client_coefficients(state, rnd), tau / a,
+                             rtol=1e-5)
+
+
+def client_iterates(algorithm, data, client, start, max_steps):
+  """x_s of `client` running `algorithm`'s local program from `start` for
+  s = 0, …, max_steps steps at the config's lr. [max_steps + 1, D]."""
+  n = max_steps + 1
+  plans = ClientPlan(
+      client_id=jnp.full(n, client, jnp.int32),
+      key=jax.random.split(jax.random.PRNGKey(0), n),
+      num_steps=jnp.arange(n, dtype=jnp.int32),
+      lr=jnp.full(n, algorithm.config.client_lr, jnp.float32),
+      weight=jnp.ones(n), segment=jnp.zeros(n, jnp.int32))
+  local = program.LocalModel({'x': jnp.asarray(start, jnp.float32)})
+  run_one = lambda plan: program.run_program(
+      algorithm.local_program, local, plan, data, min_count=1).delta['x']
+  return start - np.asarray(jax.jit(jax.vmap(run_one))(plans), np.float64)
+
+
+def test_decayed_lr_client_iterates_are_a_numpy_loop():
+  """One FedACS client on F_m = ½‖x − E_m‖², E_m ∈ R³, under
+  fedacs.lr_decay = d: x_{t+1} = x_t − η(1 − d)^t (x_t − E_m), the first
+  step at the full rate η and each later one (1 − d) slower."""
+  d, lr, client, steps = 0.1, 0.3, 2, 8
+  optima = quadratic.gaussian_optima(4, 3, seed=1)
+  config = toy(optima=optima, systems=dict(q=(0.0,), local_work=(steps,)),
+               lr_decay=d, client_lr=lr, clients_per_round=2)
+  algorithm, _, data = toy_algorithm(config, 'fedacs')
+  start = np.array([0.5, -1.0, 2.0])
+  got = client_iterates(algorithm, data, client, start, steps)
+  e = np.asarray(optima[client])
+  x, want = start.copy(), [start.copy()]
+  for t in range(steps):
+    x = x - lr * (1 - d)**t * (x - e)
+    want.append(x.copy())
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  sgd = start + (1 - (1 - lr)**np.arange(steps + 1))[:, None] * (e - start)
+  np.testing.assert_allclose(got[:2], sgd[:2], rtol=1e-5, atol=1e-6)
+  assert np.all(np.abs(got[2:] - sgd[2:]).max(axis=1) > 1e-3)
+
+
+def test_zero_decay_is_the_plain_sgd_solver():
+  """fedacs.lr_decay = 0 runs the engine's plain SGD (FederatedAlgorithm's
+  optimiser) bit for bit with ‖a‖₁ = T, and a tiny decay is close to it."""
+  config = toy(lr_decay=0.0, calibrate=True)
+  _, _, t, _ = toy_arrays(config)
+  algorithm, state, data = toy_algorithm(config, 'fedacs')
+  np.testing.assert_array_equal(
+      algorithm.work_norms(algorithm.round_systems(state)), t)
+  plain = type('PlainSgd', (type(algorithm),),
+               {'client_optimizer': FederatedAlgorithm.client_optimizer})(
+                   algorithm.config, None, data)
+  tiny, _, _ = toy_algorithm(toy(lr_decay=1e-6, calibrate=True), 'fedacs')
+  ends = [run_copy(a, state, data, 'vmap', rounds=5)[0].params['x']
+          for a in (algorithm, plain, tiny)]
+  np.testing.assert_array_equal(ends[0], ends[1])
+  np.testing.assert_allclose(ends[2], ends[0], rtol=1e-4)
+  assert float(ends[0][0]) != 0.0  # the rounds moved the model
 
 
 def test_equal_links_and_work_every_method_agrees_with_fedavg():
@@ -216,7 +326,7 @@ def test_equal_links_and_work_every_method_agrees_with_fedavg():
   # further. The e_m and η are the hooks the Monte-Carlo tests above check.
   n = 10
   optima = tuple(float(m) for m in range(n))
-  config = toy(optima=optima, q=(0.3,) * n, local_steps=(4,) * n,
+  config = toy(optima=optima, systems=dict(q=(0.3,) * n, local_work=(4,) * n),
                calibrate=True)
   data = quadratic.quadratic_data(optima)
   fedavg_step = 0.7 * config.client_lr / n  # ω(1 − q)η₁
@@ -225,8 +335,9 @@ def test_equal_links_and_work_every_method_agrees_with_fedavg():
         quadratic.algorithm_config(config, method), data)
     state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
     np.testing.assert_allclose(
-        quadratic.analytic_fixed_point(algorithm, state, optima),
-        np.mean(optima), rtol=1e-6)
+        quadratic.analytic_fixed_point(
+            algorithm, algorithm.systems_metrics(state), optima),
+        [np.mean(optima)], rtol=1e-6)
     rnd = algorithm.round_systems(state)
     step = algorithm.expected_weights(state, rnd) * algorithm.client_lr(rnd)
     expected = fedavg_step / (0.7 if method == 'fedau' else 1.0)
@@ -377,12 +488,13 @@ def test_quadratic_script_writes_the_summary(tmp_path, capsys):
                       "--config.methods=('fedacs',)"]) == 0
   with open(tmp_path / 'summary.json') as f:
     summary = json.load(f)
-  assert set(summary) == {'fedacs'}
-  assert set(summary['fedacs']) == {'time_avg_iterate', 'analytic_fixed_point',
-                                    'true_optimum'}
-  assert script.main(['--config.local_steps=(0, 1)']) == 2
-  assert 'one value per client' in capsys.readouterr().err
-  assert script.main(['--config.local_steps=' + repr((0,) + (1,) * 9)]) == 2
+  assert set(summary) == {'default'} and set(summary['default']) == {'fedacs'}
+  assert set(summary['default']['fedacs']) == {
+      'time_avg_iterate', 'analytic_fixed_point', 'true_optimum',
+      'distance_time_avg', 'distance_fixed_point', 'mean_distance'}
+  assert script.main(['--config.systems.local_work=(0, 1)']) == 2
+  assert 'one per client (10)' in capsys.readouterr().err
+  assert script.main(['--config.systems.local_work=' + repr((0,) + (1,) * 9)]) == 2
   assert 'positive integers' in capsys.readouterr().err
 
 
@@ -460,7 +572,7 @@ def test_proximal_norms_under_calibration_are_at_the_rate_used(method):
 def test_fednova_tau_eff_from_the_received_updates():
   """fednova_tau='received' (FedNova's code): τ_eff is the mean ‖a‖₁ of this round's received
   slots; the default is Eq. (116)'s expectation over all clients."""
-  config = toy(q=tuple(0.5 for _ in range(10)))
+  config = toy(systems=dict(q=(0.5,) * 10))
   data = quadratic.quadratic_data(config.optima)
   by_form = {}
   for form in ('expected', 'received'):
@@ -471,9 +583,59 @@ def test_fednova_tau_eff_from_the_received_updates():
     plans = jax.device_get(algorithm.plan_round(state, data))
     by_form[form] = plans
   plans = by_form['received']
-  a = np.asarray(config.local_steps, np.float64)[plans.client_id]
+  a = np.asarray(config.systems.local_work, np.float64)[plans.client_id]
   up = plans.extras['link_up']
   assert 0 < up.sum() < up.size
   tau = np.sum(up * a) / up.sum()
   np.testing.assert_allclose(plans.extras['coefficient'], tau / a, rtol=1e-5)  # ω/π = 1 (IS)
   assert not np.allclose(by_form['expected'].extras['coefficient'], tau / a)
+
+
+def test_toy_figure_configs_are_the_papers_settings():
+  """fig4.py: M = 30, K = 15, η = 0.001, E_m ∈ R^10, the three systems × four
+  solvers, FedAvg and FedACS; fig7.py: M = 20, K = 6, lr 0.002, calibrated,
+  the DNN tables' static and dynamic systems, all seven methods."""
+  solvers = {'SGD': {}, 'proximal SGD μ = 1': {'prox_mu': 1.0},
+             'decayed-lr SGD d = 0.005': {'lr_decay': 0.005},
+             'momentum SGD 0.3': {'momentum': 0.3}}
+  fig4 = load_script('fig4.py').get_configs()
+  assert set(fig4) == {f'{s}, {v}' for s in ('left', 'middle', 'right')
+                       for v in solvers}
+  # setting → (most local steps, smallest and largest q of any client)
+  systems = {'left': (15, 0.2, 0.2), 'middle': (30, 0.01, 0.3),
+             'right': (30, 0.0, 0.4), 'static': (39, 0.02, 0.4),
+             'dynamic': (30, 0.0, 0.5)}
+  fig7 = load_script('fig7.py').get_configs()
+  assert set(fig7) == {'static', 'dynamic'}
+  for label, config in {**fig4, **fig7}.items():
+    setting, _, solver = label.partition(', ')
+    in_fig4 = label in fig4
+    assert (len(config.optima), config.clients_per_round, config.client_lr) \
+        == ((30, 15, 0.001) if in_fig4 else (20, 6, 0.002))
+    assert quadratic.optima_array(config.optima).shape[1] == 10
+    assert tuple(config.methods) == (('fedavg_het', 'fedacs') if in_fig4
+                                     else FEDACS_FAMILY)
+    assert config.calibrate == (not in_fig4)
+    keys = {'prox_mu': 0.0, 'lr_decay': 0.0, 'momentum': 0.0,
+            **solvers.get(solver, {})}
+    assert {k: config[k] for k in keys} == keys
+    for method in config.methods:
+      algorithm, _, _ = toy_algorithm(config, method)
+      model = algorithm.heterogeneity
+      lo, hi = model.failure_prob_bounds()
+      np.testing.assert_allclose((model.max_steps(), lo.min(), hi.max()),
+                                 systems[setting])
+
+
+def test_quadratic_script_runs_a_figure_config(tmp_path):
+  script = load_script('quadratic.py')
+  assert script.main(['--config', os.path.join(REPO, 'experiments', 'fedacs',
+                                                'fig7.py'),
+                      f'--workdir={tmp_path}', '--config.rounds=4',
+                      "--config.methods=('fedacs',)"]) == 0
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert set(summary) == {'static', 'dynamic'}
+  for rows in summary.values():
+    assert set(rows) == {'fedacs'} and len(rows['fedacs']['true_optimum']) == 10
+  configs = json.loads((tmp_path / 'config.json').read_text())
+  assert configs['dynamic']['rounds'] == 4

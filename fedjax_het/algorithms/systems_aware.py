@@ -43,9 +43,12 @@ depends on η, so η₂ is the fixed point of η ← η₁·lr_scale(η) from η
 (`CALIBRATION_ITERATIONS`; SGD and momentum norms do not depend on η and the
 first iterate is exact).
 
-Local solvers: SGD, heavy-ball momentum (`client_momentum`) or FedProx's
-proximal SGD (`fedacs.prox_mu`); their ‖a‖₁ is in
-`fedjax_het.systems.local_work`.
+Local solvers: SGD, heavy-ball momentum (`client_momentum`), FedProx's
+proximal SGD (`fedacs.prox_mu`) or SGD whose learning rate decays within the
+round (`fedacs.lr_decay` = d: local step t = 0, 1, … runs at η(1 − d)^t, the
+paper's toy solver of Fig. 4 read as a geometric per-step decay); their ‖a‖₁
+is in `fedjax_het.systems.local_work` (decayed: a_t = η_t/η,
+‖a‖₁ = [1 − (1 − d)^S]/d).
 
 Each round logs, besides the train loss: `uploads` (updates received),
 `bytes_up` (uploads × model bytes: communication cost), `bytes_down`,
@@ -63,10 +66,10 @@ import numpy as np
 
 from fedjax_het.algorithms.base import FederatedAlgorithm, \
     mean_over_active, payload_bytes
-from fedjax_het.core import aggregation, sampling
+from fedjax_het.core import aggregation, program, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext, round_key
-from fedjax_het.options import (ConfigError, OptionGroup, is_bool,
+from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
 from fedjax_het.systems import heterogeneity, local_work
 
@@ -99,6 +102,9 @@ class FedAcsOptions(OptionGroup):
                            'FedAvg\'s expected step length', check=is_bool)
   prox_mu: float = option(0.0, 'FedProx local solver ½μ‖x − X‖² (0: plain '
                           'SGD)', check=non_negative)
+  lr_decay: float = option(0.0, 'decayed-lr SGD: local step t = 0, 1, … of a '
+                           'round runs at lr·(1 − lr_decay)^t (0: constant lr)',
+                           check=in_range(0, 1, closed_high=False))
   fedvarp_form: str = option('paper', 'FedVarp: stale updates fill failed '
                              'uploads (paper, Eq. (114)) or the original '
                              'SAGA form (saga)', check=_fedvarp_form)
@@ -170,10 +176,12 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     if config.client_weight_decay:
       raise ValueError(
           f'{self.name} needs the local solver\'s ‖a‖₁, which is defined for '
-          'SGD, momentum and fedacs.prox_mu but not client_weight_decay.')
+          'SGD, momentum, fedacs.prox_mu and fedacs.lr_decay but not '
+          'client_weight_decay.')
     local_work.accumulation_norm(1, config.client_lr,
                                  momentum=config.client_momentum,
-                                 prox_mu=options.prox_mu)
+                                 prox_mu=options.prox_mu,
+                                 lr_decay=options.lr_decay)
     if self.divides_by_success:
       _, q_max = self.heterogeneity.failure_prob_bounds()
       if np.any(q_max >= 1):
@@ -213,7 +221,8 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     the rate the clients run, `client_lr(rnd)`). [M]."""
     return local_work.accumulation_norm(
         rnd.steps, self.client_lr(rnd) if lr is None else lr,
-        momentum=self.config.client_momentum, prox_mu=self.options.prox_mu)
+        momentum=self.config.client_momentum, prox_mu=self.options.prox_mu,
+        lr_decay=self.options.lr_decay)
 
   def fedavg_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
     """‖a_m‖₁ at η₁: FedAvg's, the reference of the calibration. [M]."""
@@ -296,6 +305,13 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
         weight=link_up * coefficient,
         segment=jnp.zeros((k,), jnp.int32),
         extras={'link_up': link_up, 'coefficient': coefficient})
+
+  # ---- local solver --------------------------------------------------------
+  def client_optimizer(self) -> program.OptimizerFactory:
+    """SGD with `client_momentum`, its rate decayed per local step by
+    `fedacs.lr_decay` (client_weight_decay is refused, `_check_options`)."""
+    return program.sgd_factory(self.config.client_momentum,
+                               lr_decay=self.options.lr_decay)
 
   # ---- local objective -----------------------------------------------------
   def data_loss(self, params: PyTree, x: jax.Array, y: jax.Array,

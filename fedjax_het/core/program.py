@@ -177,12 +177,16 @@ def apply_mask(tree: PyTree, mask: PyTree) -> PyTree:
   return jax.tree.map(lambda t, m: t * m.astype(t.dtype), tree, mask)
 
 
-def sgd_factory(momentum: float = 0.0,
-                weight_decay: float = 0.0) -> OptimizerFactory:
-  """Client SGD with optional heavy-ball momentum and weight decay."""
+def sgd_factory(momentum: float = 0.0, weight_decay: float = 0.0,
+                lr_decay: float = 0.0) -> OptimizerFactory:
+  """Client SGD with optional heavy-ball momentum, weight decay and a
+  learning rate decayed within the round: the optimiser's t-th update
+  (t = 0, 1, …, counted from `init`, i.e. from the round's start) uses
+  lr·(1 − lr_decay)^t."""
 
   def make(lr):
-    tx = optax.sgd(lr, momentum=momentum or None)
+    rate = (lambda t: lr * (1 - lr_decay)**t) if lr_decay else lr
+    tx = optax.sgd(rate, momentum=momentum or None)
     if weight_decay:
       tx = optax.chain(optax.add_decayed_weights(weight_decay), tx)
     return tx

@@ -15,6 +15,11 @@ closed forms are those of FedNova (Wang et al., 2020, §4 and App.):
   a_t = (1 − ρ^{S−t+1})/(1 − ρ), ‖a‖₁ = [S − ρ(1 − ρ^S)/(1 − ρ)]/(1 − ρ).
 - proximal SGD, FedProx's local solver with ½μ‖x − X‖²:
   a_t = (1 − ημ)^{S−t}, ‖a‖₁ = [1 − (1 − ημ)^S]/(ημ).
+- SGD with a decayed learning rate: FedNova's a_t = η_t/η, the step's rate
+  over the round's base rate. FedACS's toy (Fig. 4) gives only "decay rate
+  0.005"; the reading here is a geometric decay per local step that restarts
+  every round, η_t = η(1 − d)^t for steps t = 0, …, S − 1, so
+  a_t = (1 − d)^t and ‖a‖₁ = Σ_{t<S} (1 − d)^t = [1 − (1 − d)^S]/d.
 """
 import jax
 import jax.numpy as jnp
@@ -39,8 +44,13 @@ def steps_per_unit(unit: str, client_counts: np.ndarray,
   return -(-counts // batch_size)
 
 
+def _geometric_sum(ratio, s: jax.Array) -> jax.Array:
+  """Σ_{t<S} r^t = (1 − r^S)/(1 − r) for a ratio r ≠ 1; shaped like s."""
+  return (1 - ratio**s) / (1 - ratio)
+
+
 def accumulation_norm(steps: jax.Array, lr, *, momentum: float = 0.0,
-                      prox_mu: float = 0.0) -> jax.Array:
+                      prox_mu: float = 0.0, lr_decay: float = 0.0) -> jax.Array:
   """‖a‖₁ of the local solver after `steps` steps; float32, shaped like steps.
 
   Args:
@@ -48,19 +58,22 @@ def accumulation_norm(steps: jax.Array, lr, *, momentum: float = 0.0,
     lr: client learning rate η (only the proximal form depends on it).
     momentum: heavy-ball momentum ρ in [0, 1).
     prox_mu: FedProx coefficient μ ≥ 0.
+    lr_decay: per-step decay d in [0, 1) of the learning rate within a round.
 
   Raises:
-    ValueError: momentum and a proximal term together (FedNova gives no
-      closed form for the combination).
+    ValueError: more than one of momentum, a proximal term and a decayed lr
+      (FedNova gives no closed form for a combination).
   """
   s = jnp.asarray(steps, jnp.float32)
-  if momentum and prox_mu:
-    raise ValueError('momentum and a proximal term together have no closed-form '
-                     '‖a‖₁; use one local solver at a time.')
+  if sum(bool(v) for v in (momentum, prox_mu, lr_decay)) > 1:
+    raise ValueError('momentum, a proximal term and a decayed lr have no '
+                     'closed-form ‖a‖₁ in combination; use one local solver at '
+                     'a time.')
   if momentum:
     rho = momentum
     return (s - rho * (1 - rho**s) / (1 - rho)) / (1 - rho)
   if prox_mu:
-    decay = 1 - jnp.asarray(lr, jnp.float32) * prox_mu
-    return (1 - decay**s) / (1 - decay)
+    return _geometric_sum(1 - jnp.asarray(lr, jnp.float32) * prox_mu, s)
+  if lr_decay:
+    return _geometric_sum(jnp.float32(1 - lr_decay), s)
   return s
