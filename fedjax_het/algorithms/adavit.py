@@ -48,7 +48,9 @@ the kinds in `decide` count. Our readings, options of `config.adavit`:
   = 1) on its local test split.
 - The clock (`Cos2p.cost_submodel`) charges the full depth at width R_w,
   as for PLATON: the expected compute at the target; the memory of a
-  dynamic network is really the full model's.
+  dynamic network is really the full model's. The decision networks are
+  shared, so a client whose target is far from the others' need not reach
+  it (the README's scaled run: usage ≈ 0.7 at a target of 0.25).
 
 Round metrics `usage_heads`, `usage_layers`, `usage_tokens`: the mean gate
 over the round's steps of the clients that decide (per-round values).
