@@ -128,9 +128,13 @@ def peak_memory() -> tuple[int, str]:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 'host_rss'
 
 
-def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,
-                    client_devices: int) -> tuple[dict, Any, Any]:
-  """Times `rounds` rounds of the workload; returns timings, model and initial params."""
+def build_federation(workload: Workload, backend: str = 'auto',
+                     algorithm: str = 'fedavg', client_devices: int = 0):
+  """The workload's experiment: (split, model, params, method, runner).
+
+  What `federated_round` times; peers' harnesses (experiments/bench/) build
+  their rounds from the same data, model, initial params and cohort sampling.
+  """
   config = base_config()
   config.update(dict(
       algorithm=algorithm, model=workload.model, num_clients=workload.num_clients,
@@ -147,7 +151,14 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
     config.submodel.scaler = 'norm' in workload.model_options
   split, model, params, method = run.build_experiment(config)
-  runner = run.make_runner(config, method)
+  return split, model, params, method, run.make_runner(config, method)
+
+
+def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,
+                    client_devices: int) -> tuple[dict, Any, Any]:
+  """Times `rounds` rounds of the workload; returns timings, model and initial params."""
+  split, model, params, method, runner = build_federation(
+      workload, backend, algorithm, client_devices)
   data = runner.place(split.train.to_device())
   # The runner donates the state: initialise it from a copy, `params` is returned.
   state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
