@@ -3,6 +3,7 @@
     fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
                      [--algorithm A] [--num-clients M] [--cohort K] [--local-steps S]
                      [--conv-impl auto|xla|im2col] [--client-devices N] [--cpu-devices N]
+                     [--stream [--feature-dtype float32|uint8]]
 
 Workloads (synthetic data of the papers' shapes; the README's Speed section has the peers' numbers):
 * W-MLP: 1000 clients × 50 examples of 28×28×1, MLP 784-200-200-10, cohort 50,
@@ -23,12 +24,19 @@ minibatch step, divided by the matmul FLOP/s measured in the same process),
 `roofline_fraction` = roofline_s / median, `memory_s` (XLA's bytes accessed
 per step over the measured copy bandwidth: an upper bound on memory time, as
 cache hits count as traffic), peak memory and the client data size.
+
+`--stream` writes the federation (seeded, in blocks) to np.memmap files in a temporary
+directory, keeps it on the host and streams each round's cohort to the device ahead of use
+(`core.stream`); it adds the host and device data bytes and the largest anonymous RSS after a
+round (file-backed pages of the memmap are page cache, counted apart).
 """
 import argparse
 import dataclasses
 import json
+import os
 import resource
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -37,9 +45,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het import algorithms, run
+from fedjax_het import algorithms, models, run
 from fedjax_het.config import base_config
 from fedjax_het.core import sharding
+from fedjax_het.core.stream import CohortStream
+from fedjax_het.data import FederatedData
 
 CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 
@@ -128,13 +138,7 @@ def peak_memory() -> tuple[int, str]:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 'host_rss'
 
 
-def build_federation(workload: Workload, backend: str = 'auto',
-                     algorithm: str = 'fedavg', client_devices: int = 0):
-  """The workload's experiment: (split, model, params, method, runner).
-
-  What `federated_round` times; peers' harnesses (experiments/bench/) build
-  their rounds from the same data, model, initial params and cohort sampling.
-  """
+def _config(workload: Workload, backend: str, algorithm: str, client_devices: int):
   config = base_config()
   config.update(dict(
       algorithm=algorithm, model=workload.model, num_clients=workload.num_clients,
@@ -150,6 +154,17 @@ def build_federation(workload: Workload, backend: str = 'auto',
     config.capacities = CAPACITIES
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
     config.submodel.scaler = 'norm' in workload.model_options
+  return config
+
+
+def build_federation(workload: Workload, backend: str = 'auto',
+                     algorithm: str = 'fedavg', client_devices: int = 0):
+  """The workload's experiment: (split, model, params, method, runner).
+
+  What `federated_round` times; peers' harnesses (experiments/bench/) build
+  their rounds from the same data, model, initial params and cohort sampling.
+  """
+  config = _config(workload, backend, algorithm, client_devices)
   split, model, params, method = run.build_experiment(config)
   return split, model, params, method, run.make_runner(config, method)
 
@@ -170,14 +185,98 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
           }, model, params
 
 
+def host_federation(workload: Workload, directory: str, feature_dtype: str = 'float32',
+                    seed: int = 0) -> FederatedData:
+  """The workload's synthetic federation as read-only np.memmap files in `directory`.
+
+  Written in blocks of clients (each block seeded by (seed, first client)), so the whole
+  federation never sits in memory. Features are standard normal (float32) or 0/1 (uint8,
+  4x smaller: the model's first layer casts them to float32); labels uniform; every client
+  holds `examples_per_client` examples.
+  """
+  clients, examples = workload.num_clients, workload.examples_per_client
+  shape = (clients, examples, *workload.shape)
+  per_client = int(np.prod(shape[1:])) * np.dtype(feature_dtype).itemsize
+  block = max(1, (64 << 20) // per_client)
+  paths = {name: os.path.join(directory, name) for name in ('x', 'y', 'counts')}
+  with open(paths['x'], 'wb') as fx, open(paths['y'], 'wb') as fy:
+    for start in range(0, clients, block):
+      rng = np.random.default_rng([seed, start])
+      size = (min(block, clients - start), *shape[1:])
+      if feature_dtype == 'uint8':
+        fx.write(rng.integers(0, 2, size, np.uint8).tobytes())
+      else:
+        fx.write(rng.standard_normal(size, np.float32).tobytes())
+      fy.write(rng.integers(0, workload.num_classes, size[:2], np.int32).tobytes())
+  np.full(clients, examples, np.int32).tofile(paths['counts'])
+  return FederatedData(
+      x=np.memmap(paths['x'], feature_dtype, 'r', shape=shape),
+      y=np.memmap(paths['y'], np.int32, 'r', shape=shape[:2]),
+      counts=np.memmap(paths['counts'], np.int32, 'r', shape=(clients,)))
+
+
+def host_memory() -> dict:
+  """This process's resident memory from /proc (Linux; {} elsewhere): peak (VmHWM), now
+  anonymous (RssAnon: arrays, buffers) and file-backed (RssFile: mapped pages, reclaimable)."""
+  fields = {'VmHWM': 'peak_rss_bytes', 'RssAnon': 'rss_anon_bytes',
+            'RssFile': 'rss_file_bytes'}
+  try:
+    with open('/proc/self/status') as f:
+      lines = [line.split() for line in f]
+  except OSError:
+    return {}
+  return {fields[l[0][:-1]]: int(l[1]) * 1024 for l in lines if l and l[0][:-1] in fields}
+
+
+def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int,
+                   client_devices: int, feature_dtype: str) -> tuple[dict, Any, Any]:
+  """`federated_round` with the federation in memmapped host files, cohorts streamed
+  (`core.stream.CohortStream`, one round per call, the next prefetched)."""
+  config = _config(workload, backend, algorithm, client_devices)
+  with tempfile.TemporaryDirectory(prefix='fedjax_het_stream_') as directory:
+    tic = time.perf_counter()
+    data = host_federation(workload, directory, feature_dtype)
+    generate_s = time.perf_counter() - tic
+    model = models.create_model(workload.model, workload.num_classes,
+                                **workload.model_options)
+    init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
+    params = models.init_params(model, init_key, workload.shape)
+    method = algorithms.create_algorithm(algorithm, config, model, data)
+    runner = run.make_runner(config, method)
+    stream = CohortStream(runner, data)
+    state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+    anon = []
+
+    def step(s):
+      s = jax.block_until_ready(stream.run(s, 1)[0])
+      anon.append(host_memory().get('rss_anon_bytes', 0))
+      return s
+
+    seconds, _ = _times(step, state, rounds)
+    per_client = int(data.x[0].nbytes + data.y[0].nbytes + data.counts.itemsize)
+  return {'backend': runner.backend,
+          'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
+          'seconds': seconds, 'stream': True, 'feature_dtype': feature_dtype,
+          'data_bytes_per_client': per_client,
+          'host_data_bytes': per_client * workload.num_clients,
+          # the running round's cohort and the prefetched next one
+          'device_data_bytes': 2 * per_client * workload.cohort,
+          'generate_s': generate_s, 'max_rss_anon_bytes': max(anon),
+          }, model, params
+
+
 def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
               algorithm: str | None = None, client_devices: int = 0,
-              conv_impl: str = '', **overrides: int) -> dict:
+              conv_impl: str = '', stream: bool = False, feature_dtype: str = 'float32',
+              **overrides: int) -> dict:
   """Runs one benchmark; returns the result dict printed as the last line.
 
   `overrides` replace the workload's num_clients, cohort or local_steps;
-  None keeps the workload's own.
+  None keeps the workload's own. `stream` keeps the federation in host memmap files
+  (features of `feature_dtype`) and streams the cohorts (`streamed_round`).
   """
+  if feature_dtype != 'float32' and not stream:
+    raise ValueError('--feature-dtype applies to --stream (on-device data are float32).')
   if workload_name not in WORKLOADS:
     raise ValueError(f'unknown workload {workload_name!r}; choose one of '
                      f'{", ".join(WORKLOADS)}.')
@@ -196,8 +295,12 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
     workload = dataclasses.replace(
         workload, model_options={**workload.model_options, 'conv_impl': conv_impl})
   algorithm = algorithm or workload.algorithm
-  timed, model, params = federated_round(workload, backend, algorithm, rounds,
-                                         client_devices)
+  if stream:
+    timed, model, params = streamed_round(workload, backend, algorithm, rounds,
+                                          client_devices, feature_dtype)
+  else:
+    timed, model, params = federated_round(workload, backend, algorithm, rounds,
+                                           client_devices)
   limit = centralized(workload, model, params, rounds)
   machine = measure_machine()
   seconds = timed.pop('seconds')
@@ -222,6 +325,7 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
       'roofline_s': roofline_s, 'roofline_fraction': roofline_s / median,
       'memory_s': limit['round_bytes_accessed'] / machine['copy_bytes_per_s'],
       'peak_memory_bytes': memory, 'peak_memory_source': memory_source,
+      **host_memory(),
   }
 
 
@@ -240,6 +344,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help="convolutions of the workload's model (default: auto)")
   parser.add_argument('--client-devices', type=int, default=0,
                       help='devices to shard the cohort over (0: all)')
+  parser.add_argument('--stream', action='store_true',
+                      help='keep the federation in memmapped host files (a temporary '
+                      'directory) and stream each round\'s cohort to the device')
+  parser.add_argument('--feature-dtype', default='float32', choices=('float32', 'uint8'),
+                      help='with --stream: features stored as float32 or 0/1 uint8')
   parser.add_argument('--cpu-devices', type=int, default=0,
                       help='split the CPU into this many XLA devices (default: '
                       'one per core, up to 8, as fedjax-het does; CPU only)')
@@ -255,13 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     sharding.set_cpu_device_count(args.cpu_devices)
   try:
     result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
-                       args.client_devices, args.conv_impl, num_clients=args.num_clients,
+                       args.client_devices, args.conv_impl, args.stream,
+                       args.feature_dtype, num_clients=args.num_clients,
                        cohort=args.cohort, local_steps=args.local_steps)
   except ValueError as e:
     print(f'fedjax-het bench: error: {e}', file=sys.stderr)
     return 2
   print(f'{result["workload"]} {result["algorithm"]}/{result["backend"]} on '
-        f'{result["devices"]} {result["platform"]} device(s): '
+        f'{result["devices"]} {result["platform"]} device(s)'
+        f'{" (streamed)" if result.get("stream") else ""}: '
         f'{result["s_per_round_median"]:.4f} s/round (min {result["s_per_round_min"]:.4f}, '
         f'max {result["s_per_round_max"]:.4f}), {result["examples_per_s"]:.0f} examples/s')
   print(f'centralised {result["centralized_s"]:.4f} s ({result["centralized_ratio"]:.2f}x); '

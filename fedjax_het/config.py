@@ -82,6 +82,7 @@ class CoreOptions(OptionGroup):
   map_chunk_size: int = option(0, 'clients vmapped together inside lax.map (0: one at a time)', check=non_negative_int)
   scan_unroll: int = option(1, 'unroll factor of the local-step scan', check=positive_int)
   rounds_per_call: int = option(1, 'rounds compiled into one lax.scan call', check=positive_int)
+  stream_cohorts: bool = option(False, 'keep the clients\' data on the host and stream each chunk\'s cohorts to the device ahead of use (federations larger than device memory; core/stream.py); same results', check=is_bool)
   # Logging, evaluation, checkpoints.
   local_test: bool = option(False, 'also evaluate on per-client test splits (see local_test_fraction)', check=is_bool)
   local_test_fraction: float = option(0.0, 'with local_test: 0 = shards of the test set following each client\'s train labels; f in (0, 1) = a random fraction f of each client\'s own data held out (Co-S²P\'s 8:2: 0.2)', check=in_range(0, 1, closed_high=False))

@@ -37,13 +37,14 @@ from fedjax_het.data import augment as augment_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.sharding import client_mesh
+from fedjax_het.core.stream import CohortStream
 from fedjax_het.models import vit as vit_lib
 from fedjax_het.models import vit_pretrained
 
 # Keys that may change when a run is resumed (they do not change the math).
 _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
                       'checkpoint_every', 'checkpoints_to_keep',
-                      'metric_writers')
+                      'metric_writers', 'stream_cohorts')
 # Path keys: `~` and environment variables in them are expanded.
 _PATH_KEYS = ('data_dir', 'systems.trace')
 
@@ -387,7 +388,12 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   runner = make_runner(config, algorithm)
   state = runner.place(state)
   evaluate = algorithm.state_evaluator(split)
-  train_data = runner.place(split.train.to_device())
+  if config.stream_cohorts:  # the data stay on the host, cohorts streamed
+    stream = CohortStream(runner, split.train, last_round=config.rounds)
+    run_chunk = stream.run
+  else:
+    train_data = runner.place(split.train.to_device())
+    run_chunk = lambda state, n: runner.run(state, train_data, n)
 
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   try:
@@ -424,7 +430,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
         if n != compiled_rounds:
           bar.set_postfix_str('compiling…')
         tic = time.perf_counter()
-        state, metrics = runner.run(state, train_data, n)
+        state, metrics = run_chunk(state, n)
         metrics = jax.device_get(metrics)
         seconds = time.perf_counter() - tic
         finite = np.isfinite(metrics['train_loss'])

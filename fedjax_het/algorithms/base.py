@@ -208,16 +208,28 @@ class FederatedAlgorithm:
         weight=self.client_weights(client_ids),
         segment=jnp.zeros((k,), jnp.int32))
 
+  def cohort_ids(self, state: ServerState) -> jax.Array:
+    """The round's cohort, int32 [K]: `sample_clients` on the first half of
+    the round key.
+
+    Streaming (`core.stream`) calls it ahead of the rounds on a state that
+    holds only `key` and `round` (the rest None), to fetch the cohorts' data;
+    a method whose cohort depends on more of the state cannot be streamed.
+    """
+    sample_key, _ = jax.random.split(round_key(state))
+    return self.sample_clients(state, sample_key)
+
   def plan_round(self, state: ServerState, data=None,
                  inputs: PyTree = None) -> ClientPlan:
-    """Samples the cohort and plans every client. Keys: round ⊕ client id.
+    """Samples the cohort (`cohort_ids`) and plans every client. Keys:
+    round ⊕ client id.
 
     `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
     by default; plans depend on static client facts only).
     """
     del data, inputs
-    sample_key, clients_key = jax.random.split(round_key(state))
-    client_ids = self.sample_clients(state, sample_key)
+    _, clients_key = jax.random.split(round_key(state))
+    client_ids = self.cohort_ids(state)
     per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
         clients_key, client_ids)
     keys = jax.vmap(jax.random.fold_in)(per_client,

@@ -131,14 +131,15 @@ class FslOc(GradientReturn):
       clients_params, server, loss_sum = carry
       s, k = t // cohort, t % cohort
       plan = jax.tree.map(lambda a: a[k], plans)
+      row = data.client_row(plan.client_id)
       idx = batching.batch_indices(
-          plan.key, s, counts[plan.client_id], batch_size=batch_size,
+          plan.key, s, counts[row], batch_size=batch_size,
           max_examples=x.shape[1], max_epochs_per_batch=bound)
       key = jax.random.fold_in(
           jax.random.fold_in(plan.key, _ROUND_ROBIN_STREAM), s)
       mine = jax.tree.map(lambda a: a[k], clients_params)
       client, new_server, loss = self.sl_step(
-          mine, server, x[plan.client_id, idx], y[plan.client_id, idx],
+          mine, server, x[row, idx], y[row, idx],
           plan.lr, key)
       on = active[k] & (s < plan.num_steps)
       keep = lambda new, old: jnp.where(on, new, old)

@@ -298,7 +298,8 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
                data, key: jax.Array, min_count: int) -> _PhaseResult:
   x, y = jnp.asarray(data.x), jnp.asarray(data.y)
   max_examples = x.shape[1]
-  count = jnp.asarray(data.counts)[plan.client_id]
+  row = data.client_row(plan.client_id)  # the id; its cohort row if streamed
+  count = jnp.asarray(data.counts)[row]
   epochs_bound = batching.epochs_per_batch(program.batch_size, min_count)
   step_keys = jax.random.fold_in(key, _STEP_KEY_STREAM)
   steps = jnp.where(plan.is_active(), program.active_steps(plan), 0)
@@ -308,7 +309,7 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
     idx = batching.batch_indices(
         key, s, count, batch_size=program.batch_size,
         max_examples=max_examples, max_epochs_per_batch=epochs_bound)
-    batch = Batch(x[plan.client_id, idx], y[plan.client_id, idx])
+    batch = Batch(x[row, idx], y[row, idx])
     ctx = StepContext(global_params=start.params, step=s,
                       key=jax.random.fold_in(step_keys, s),
                       client_state=start.client_state)
@@ -370,7 +371,8 @@ def run_program(program: ClientProgram | ProgramSequence, start: LocalModel,
     program: a `ClientProgram` or a `sequence` of them.
     start: the client's start model and persistent state.
     plan: the client's plan (unbatched).
-    data: `FederatedData` (x [M, N, ...], y [M, N], counts [M]).
+    data: `FederatedData` (x [M, N, ...], y [M, N], counts [M]), or a streamed
+      round's `CohortData` holding the client's rows (`data.client_row`).
     min_count: static smallest client size (bounds the epochs a batch
       touches, `batching.epochs_per_batch`).
 

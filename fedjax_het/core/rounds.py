@@ -22,6 +22,11 @@ not compiled into the program as a constant and stays on device between
 rounds. With a device `mesh` (`sharding.client_mesh`) the compiled backends
 split the cohort over the devices (`sharding.ShardedClients`); state and
 data are replicated on the mesh once, on the first call.
+
+`run_cohorts` runs a chunk of rounds on their cohorts' data only (a
+`CohortData` per round, stacked into the scan's xs): the streamed layout of
+a federation kept on the host (`core.stream.CohortStream`). Each round also
+reports whether its cohort held every client its active plans read.
 """
 from typing import Any, Protocol
 
@@ -30,6 +35,7 @@ import jax.numpy as jnp
 
 from fedjax_het.core import backends, sharding
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.data.federated import CohortData
 
 Metrics = dict[str, jax.Array]
 PyTree = Any
@@ -99,9 +105,16 @@ class RoundRunner:
   def round(self, state: ServerState, data,
             inputs: PyTree = None) -> tuple[ServerState, Metrics]:
     """One round as a pure traceable function (compiled backends only)."""
+    state, metrics, _ = self._round(state, data, inputs)
+    return state, metrics
+
+  def _round(self, state, data, inputs):
+    """`round`, and whether `data` held the rows its active plans read."""
     plans = self.algorithm.plan_round(state, data, inputs)
     outputs = self.algorithm.local_phase(state, plans, data, self.clients())
-    return self.algorithm.finish_round(state, plans, outputs)
+    held = cohort_held(data, plans)
+    state, metrics = self.algorithm.finish_round(state, plans, outputs)
+    return state, metrics, held
 
   def _compiled_chunk(self, num_rounds: int):
     if num_rounds not in self._chunks:
@@ -112,6 +125,21 @@ class RoundRunner:
 
       self._chunks[num_rounds] = jax.jit(chunk, donate_argnums=0)
     return self._chunks[num_rounds]
+
+  def _compiled_cohort_chunk(self, num_rounds: int):
+    if ('cohorts', num_rounds) not in self._chunks:
+
+      def chunk(state, cohorts, inputs):
+        def one(s, xs):
+          s, metrics, held = self._round(s, *xs)
+          return s, (metrics, held)
+
+        state, (metrics, held) = jax.lax.scan(one, state, (cohorts, inputs),
+                                              length=num_rounds)
+        return state, metrics, held
+
+      self._chunks['cohorts', num_rounds] = jax.jit(chunk, donate_argnums=0)
+    return self._chunks['cohorts', num_rounds]
 
   def run(self, state: ServerState, data, num_rounds: int,
           inputs: PyTree = None) -> tuple[ServerState, Metrics]:
@@ -131,14 +159,52 @@ class RoundRunner:
     state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
       return self._compiled_chunk(num_rounds)(state, data, inputs)
-    history = []
+    state, metrics, _ = self._run_sequential(state, lambda r: data,
+                                             num_rounds, inputs)
+    return state, metrics
+
+  def run_cohorts(self, state: ServerState, cohorts: CohortData,
+                  inputs: PyTree = None
+                  ) -> tuple[ServerState, Metrics, jax.Array]:
+    """Runs one round per cohort of `cohorts` (leaves [R, K, ...]: round r
+    reads only `cohorts` row r, see `CohortData`).
+
+    As `run`, plus bool [R]: whether round r's cohort held every client its
+    active plans read (False: that round trained on other clients' rows; the
+    caller must not use its results). Place `cohorts` on the device
+    beforehand (the mesh: replicated) to overlap the transfer with compute.
+    """
+    num_rounds = int(cohorts.client_ids.shape[0])
+    if inputs is None:
+      inputs = self.algorithm.round_inputs(int(state.round), num_rounds)
+    state = self.place(state)
+    if self.backend in backends.COMPILED_BACKENDS:
+      return self._compiled_cohort_chunk(num_rounds)(state, cohorts, inputs)
+    return self._run_sequential(
+        state, lambda r: jax.tree.map(lambda x: x[r], cohorts), num_rounds,
+        inputs)
+
+  def _run_sequential(self, state, data_of, num_rounds, inputs):
+    """The sequential backend's rounds; round r reads `data_of(r)`."""
+    history, held = [], []
     for r in range(num_rounds):
       row = None if inputs is None else jax.tree.map(lambda x, r=r: x[r],
                                                      inputs)
+      data = data_of(r)
       plans = self._plan(state, data, row)
       self._sequential.round_index = int(state.round)
       outputs = self.algorithm.local_phase(state, plans, data,
                                            self._sequential)
+      held.append(cohort_held(data, plans))
       state, metrics = self._finish(state, plans, outputs)
       history.append(metrics)
-    return state, jax.tree.map(lambda *xs: jnp.stack(xs), *history)
+    return (state, jax.tree.map(lambda *xs: jnp.stack(xs), *history),
+            jnp.stack(held))
+
+
+def cohort_held(data, plans) -> jax.Array:
+  """bool scalar: whether `data` has the rows of every active planned client
+  (always, for a whole `FederatedData`; a `CohortData` must hold them)."""
+  if not isinstance(data, CohortData):
+    return jnp.asarray(True)
+  return jnp.all(data.holds(plans.client_id) | ~plans.is_active())

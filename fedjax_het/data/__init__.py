@@ -4,7 +4,7 @@ Note: `fedjax_het.data.partition` is the partition dispatcher function; import p
 helpers from the module with `from fedjax_het.data.partition import dirichlet`.
 """
 
-from fedjax_het.data.federated import FederatedData
+from fedjax_het.data.federated import CohortData, FederatedData
 from fedjax_het.data.federated import FederatedSplit
 from fedjax_het.data.federated import build_federated
 from fedjax_het.data.federated import client_label_histogram
@@ -25,7 +25,7 @@ from fedjax_het.data.sources import ArrayDataset
 from fedjax_het.data.sources import load_dataset
 
 __all__ = [
-    'ArrayDataset', 'DATASETS', 'FederatedData', 'FederatedSplit', 'PARTITIONS',
+    'ArrayDataset', 'CohortData', 'DATASETS', 'FederatedData', 'FederatedSplit', 'PARTITIONS',
     'balanced_dirichlet', 'build_federated', 'class_blocks', 'client_label_histogram', 'dirichlet', 'iid',
     'load_dataset', 'one_class_per_client', 'pack_clients', 'partition', 'quantity_skew',
     'sample_by_priors', 'shards', 'split_by_class_shares',

@@ -3,6 +3,12 @@
 `pack_clients` and `build_federated` return host (numpy) arrays; `FederatedData.to_device`
 places them once (optionally sharded over the client axis), so the engine decides placement and
 a large federation is copied exactly once on the host (the padded gather) and once to the device.
+
+A federation larger than device memory stays on the host (numpy or `np.memmap` leaves) and is
+streamed: `FederatedData.cohorts` gathers the rows of the rounds' cohorts into a `CohortData`
+(`core.stream.CohortStream` moves them to the device a chunk of rounds ahead). In-round code
+reads a client's rows through `data.client_row(client_id)`, the identity on a `FederatedData`
+and the cohort row holding that client on a `CohortData`, so one client program serves both.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_het.data.partition import iid
@@ -46,6 +53,53 @@ class FederatedData:
   def to_device(self, sharding: jax.sharding.Sharding | None = None) -> FederatedData:
     """Copies all leaves to the device(s); e.g. a NamedSharding over the client axis."""
     return jax.device_put(self, sharding)
+
+  def client_row(self, client_id: jax.Array) -> jax.Array:
+    """The row of `x`, `y`, `counts` holding client `client_id`: the id itself."""
+    return client_id
+
+  def cohorts(self, client_ids: np.ndarray) -> CohortData:
+    """The host rows of the clients `client_ids` (int [..., K]) as a `CohortData` with the
+    same leading axes, e.g. [R, K] for R rounds' cohorts; works on `np.memmap` leaves
+    (only the gathered rows are read)."""
+    ids = np.asarray(client_ids, np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= self.num_clients):
+      raise ValueError(f'cohort client ids must lie in [0, {self.num_clients}), got range '
+                       f'[{ids.min()}, {ids.max()}].')
+    return CohortData(x=np.asarray(self.x[ids]), y=np.asarray(self.y[ids]),
+                      counts=np.asarray(self.counts)[ids],
+                      client_ids=ids.astype(np.int32))
+
+
+@flax.struct.dataclass
+class CohortData:
+  """The rows of one round's cohort of a `FederatedData` (a streamed round's data).
+
+  Attributes:
+    x: [K, max_examples, *feature_shape] the cohort's features (slot order).
+    y: [K, max_examples] int32 labels.
+    counts: [K] int32 valid rows per cohort client.
+    client_ids: [K] int32 global ids of the rows' clients.
+  Stacked over rounds (leaves [R, K, ...]) it is a chunk's cohorts, scanned over.
+  """
+  x: Any
+  y: Any
+  counts: Any
+  client_ids: Any
+
+  @property
+  def max_examples(self) -> int:
+    return self.y.shape[-1]
+
+  def client_row(self, client_id: jax.Array) -> jax.Array:
+    """The cohort row holding client `client_id` (a scalar; the first row of a repeated
+    client, whose rows are equal); row 0 if it is absent, which `holds` reports."""
+    return jnp.argmax(jnp.asarray(self.client_ids) == client_id)
+
+  def holds(self, client_ids: jax.Array) -> jax.Array:
+    """bool [...]: whether each of `client_ids` has a row in this cohort."""
+    ids = jnp.asarray(client_ids)
+    return jnp.any(ids[..., None] == jnp.asarray(self.client_ids), axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
