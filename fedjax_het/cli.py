@@ -15,7 +15,6 @@ import os
 import sys
 from typing import Callable
 
-import jax
 import ml_collections
 
 from fedjax_het import config as config_lib
@@ -37,8 +36,10 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
                        <workdir>/<label>/seed<s>) and tabulate mean ± std (ddof=1);
                        default: the file's SEEDS, else 1
   --distributed        multi-host: jax.distributed.initialize() first, which finds
-                       its peers on Cloud TPU slices, SLURM, Open MPI and Kubernetes;
-                       run the same command on every host
+                       its peers on Cloud TPU slices, SLURM, Open MPI and Kubernetes,
+                       or from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+                       JAX_PROCESS_ID; run the same command (same --workdir) in
+                       every process
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
   --show-config        print the resolved config (every key, its value and what it
                        means) and exit without training
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     return bench.main(argv[1:])
   if '--distributed' in argv:
     argv = [arg for arg in argv if arg != '--distributed']
-    jax.distributed.initialize()
+    sharding.initialize_distributed()
   return report_errors('fedjax-het', lambda: _train_command(argv))
 
 

@@ -14,11 +14,18 @@ seed and the round index, the host-side counters are checkpointed with the
 state, and rounds are grouped into compiled chunks at the same boundaries.
 Ctrl-C finishes the current chunk, checkpoints it and exits.
 
+Multi-process runs (`jax.distributed`; the CLI's `--distributed`) run the same
+command in every process on one shared workdir: every process trains its part
+of the cohort and saves and restores the checkpoints (orbax coordinates them),
+and process 0 alone holds the lock and writes config.json, metrics.jsonl,
+plots and summary.json.
+
 A run owns its workdir while it runs (`fedjax_het.workdir.lock`). Resume
 survives damaged files: it falls back to the newest readable checkpoint, drops
 a torn last line of metrics.jsonl, and names the file when one cannot be used;
 a failed write (e.g. a full disk) stops the run with the last checkpoint kept.
 """
+import contextlib
 import json
 import os
 import re
@@ -117,15 +124,20 @@ class MetricsLog:
   """
 
   def __init__(self, path: str, resume_round: int,
-               writers: list[logging_writers.MetricWriter] = ()):
+               writers: list[logging_writers.MetricWriter] = (),
+               write: bool = True):
     self.path = path
     self.writers = list(writers)
+    self.write = write  # False: keep the rows only (a non-primary process)
     self.rows = [r for r in read_metrics(path) if r['round'] <= resume_round]
-    workdir_lib.write_text(
-        path, ''.join(json.dumps(row) + '\n' for row in self.rows))
+    if write:
+      workdir_lib.write_text(
+          path, ''.join(json.dumps(row) + '\n' for row in self.rows))
 
   def append(self, row: dict) -> None:
     self.rows.append(row)
+    if not self.write:
+      return
     with open(self.path, 'a') as f:
       f.write(json.dumps(row) + '\n')
     for writer in self.writers:
@@ -342,7 +354,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   config = expand_paths(config)
   workdir = workdir_lib.expand(workdir)
   workdir_lib.create(workdir)
-  with workdir_lib.lock(workdir):
+  held = (workdir_lib.lock(workdir) if jax.process_index() == 0 else
+          contextlib.nullcontext())
+  with held:
     try:
       return _train_locked(config, workdir, started)
     except OSError as e:
@@ -377,12 +391,14 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
                   started: float) -> dict:
   """`train` once the workdir is held; `started` is the session's start."""
   _check_same_run(workdir, config)
+  primary = jax.process_index() == 0
   try:
     split, model, params, algorithm = build_experiment(config)
   except ValueError as e:  # bad dataset/partition/model choices or sizes.
     raise config_lib.ConfigError(str(e)) from e
-  workdir_lib.write_text(os.path.join(workdir, 'config.json'),
-                         config.to_json(indent=2))
+  if primary:
+    workdir_lib.write_text(os.path.join(workdir, 'config.json'),
+                           config.to_json(indent=2))
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = make_runner(config, algorithm)
@@ -405,7 +421,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
       with open(finished) as f:
         return json.load(f)
     log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index,
-                     logging_writers.create(config, workdir))
+                     logging_writers.create(config, workdir) if primary else
+                     [], write=primary)
   except BaseException:
     checkpoints.close()
     raise
@@ -465,7 +482,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     bar.close()
     checkpoints.close()
     log.close()
-    if log.rows:
+    if log.rows and primary:
       plots.plot_curves(log.rows, os.path.join(workdir, 'curves.png'),
                         title=f'{config.algorithm} on {config.dataset}')
 
@@ -475,8 +492,9 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   summary['last_round'] = {k: summary['totals'].pop(k)
                            for k in algorithm.per_round_metrics
                            if k in summary['totals']}
-  workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
-                         json.dumps(summary, indent=2))
+  if primary:
+    workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
+                           json.dumps(summary, indent=2))
   return summary
 
 

@@ -8,10 +8,11 @@ aggregation that follows (`aggregation.segment_sum`, a contraction over the
 client axis) is partitioned by XLA into per-device partial sums and one
 all-reduce, so only [S, ...]-sized sums cross devices, never client deltas.
 
-Multi-host: call `jax.distributed.initialize()` first (the CLI's
-`--distributed`); `jax.devices()` then lists every host's devices, the same
-program runs in every process and `replicate` builds global arrays from each
-process's identical host copy.
+Multi-host or multi-process: call `initialize_distributed()` first (the
+CLI's `--distributed`); `jax.devices()` then lists every process's devices,
+the same program runs in every process and `replicate` builds global arrays
+from each process's identical host copy. On CPU the processes' collectives
+go through gloo (tests/test_multiprocess.py runs two on localhost).
 
 On CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=n` makes n CPU
 devices: the tests use it to check that a sharded round equals a one-device
@@ -38,6 +39,17 @@ def set_cpu_device_count(count: int) -> None:
   """
   flags = re.sub(_CPU_DEVICE_COUNT_FLAG + r'=\d+', '', os.environ.get('XLA_FLAGS', ''))
   os.environ['XLA_FLAGS'] = f'{flags.strip()} {_CPU_DEVICE_COUNT_FLAG}={count}'.strip()
+
+
+def initialize_distributed() -> None:
+  """`jax.distributed.initialize()`, taking the process count and index from
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID when they are set (processes on one
+  machine, or a cluster JAX does not detect; JAX reads the coordinator's
+  host:port from JAX_COORDINATOR_ADDRESS). Without them JAX detects Cloud
+  TPU slices, SLURM, Open MPI and Kubernetes."""
+  names = {'JAX_NUM_PROCESSES': 'num_processes', 'JAX_PROCESS_ID': 'process_id'}
+  jax.distributed.initialize(**{arg: int(os.environ[env])
+                                for env, arg in names.items() if env in os.environ})
 
 
 def client_mesh(num_devices: int = 0) -> Mesh | None:
