@@ -111,6 +111,19 @@ def each(check: Check) -> Check:
   return check_all
 
 
+def subset_of(allowed: tuple, *, non_empty: bool = False) -> Check:
+  """A tuple value whose entries all lie in `allowed` (and, with
+  `non_empty`, at least one entry)."""
+  what = 'a non-empty subset' if non_empty else 'a subset'
+
+  def check(key: str, value) -> None:
+    if (not isinstance(value, (tuple, list)) or not set(value) <= set(allowed)
+        or (non_empty and not value)):
+      raise ConfigError(f'{key} must be {what} of {allowed}, got {value!r}.')
+
+  return check
+
+
 def is_bool(key: str, value) -> None:
   if not isinstance(value, bool):
     raise ConfigError(f'{key} must be True or False, got {value!r}.')

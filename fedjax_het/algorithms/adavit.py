@@ -69,21 +69,14 @@ from fedjax_het.core import program
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, non_negative_int, option,
-                                positive)
-
-
-def _kinds(key: str, value) -> None:
-  if not isinstance(value, (tuple, list)) or not value or not set(value) <= set(
-      vit.DECISION_KINDS):
-    raise ConfigError(f'{key} must be a non-empty subset of '
-                      f'{vit.DECISION_KINDS}, got {value!r}.')
+                                positive, subset_of)
 
 
 @dataclasses.dataclass(frozen=True)
 class AdavitOptions(OptionGroup):
   """`config.adavit`: FedAvg+AdaViT (module docstring)."""
   key = 'adavit'
-  decide: tuple = option(vit.DECISION_KINDS, 'what the decision networks choose per input: heads, layers (the MSA and MLP sub-layers), tokens (patches)', check=_kinds)
+  decide: tuple = option(vit.DECISION_KINDS, 'what the decision networks choose per input: heads, layers (the MSA and MLP sub-layers), tokens (patches)', check=subset_of(vit.DECISION_KINDS, non_empty=True))
   usage_target: str = option('width', 'γ of every kind: width = the client\'s R_w = √R_n | code = ½ (the Co-S²P authors\' fedadavit)', choices=('width', 'code'))
   usage_weight: float = option(2.0, 'w: weight of each kind\'s usage loss (AdaViT\'s code: 2)', check=non_negative)
   tau: float = option(5.0, 'τ of the Gumbel-sigmoid gates (AdaViT: 5)', check=positive)

@@ -80,7 +80,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
                                 is_bool, non_negative, non_negative_int,
-                                option, positive, positive_int)
+                                option, positive, positive_int, subset_of)
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import clock, vit_cost
 
@@ -94,13 +94,6 @@ def _budgets(key: str, value) -> None:
     raise ConfigError(f'{key} must list at least one budget.')
 
 
-def _learned_units(key: str, value) -> None:
-  if not isinstance(value, (tuple, list)) or not set(value) <= set(
-      vit.UNIT_KINDS):
-    raise ConfigError(f'{key} must be a subset of {vit.UNIT_KINDS}, got '
-                      f'{value!r}.')
-
-
 @dataclasses.dataclass(frozen=True)
 class Cos2pOptions(OptionGroup):
   """`config.cos2p`: Co-S²P and the baselines on its engine (module docstring)."""
@@ -110,7 +103,7 @@ class Cos2pOptions(OptionGroup):
   width_depth_ratio: float = option(1.0, 'ρ = R_w / R_d (Tab. 8); R_w = √(R·ρ), R_d = √(R/ρ)', check=positive)
   depth_offset: str = option('shared', 'rolling frozen-block offset: shared h(q) = q mod (L − D_max + 1) | per_client | none (h = 0)', choices=('shared', 'per_client', 'none'))
   width_masks: str = option('learned', 'learned (Eq. 2) | random (RAM-Fed) | rolling (FedRolex) | full', choices=('learned', 'random', 'rolling', 'full'))
-  learned_units: tuple = option(vit.UNIT_KINDS, 'unit kinds with learned masks; the others get random masks (Tab. 3)', check=_learned_units)
+  learned_units: tuple = option(vit.UNIT_KINDS, 'unit kinds with learned masks; the others get random masks (Tab. 3)', check=subset_of(vit.UNIT_KINDS))
   optimizer: str = option('adan', 'client optimiser of the weights: adan (proximal weight decay, App. E) | sgd (client_momentum)', choices=('adan', 'sgd'))
   epochs: int = option(1, 'E: local epochs of weight training per round', check=positive_int)
   mask_rounds: int = option(0, 'Q̂: clients dispatched in rounds < Q̂ train their masks first', check=non_negative_int)
