@@ -19,8 +19,10 @@ than the paper's 2-class clients).
 MB are the MiB each client actually uploads (not the paper's formula), so compare rounds and the
 HIST/HFedAvg MB ratio.
 """
-from hist_setup import COLUMNS as COLUMNS  # read by the comparison runner
+import hist_setup
 from hist_setup import table_configs
+
+COLUMNS = hist_setup.COLUMNS  # read by the comparison runner
 
 TITLE = 'HIST Table I on Fashion-MNIST, CPU scale: LeNet-5, cost to 70%'
 
