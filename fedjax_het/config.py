@@ -53,10 +53,10 @@ class CoreOptions(OptionGroup):
   data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default)')
   dataset_options: dict = option({}, 'options of the dataset source, e.g. {\'noise\': 3.0} for synthetic')
   num_clients: int = option(100, 'M, the clients of the federation', check=positive_int)
-  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew | sized_dirichlet (Dirichlet labels, client sizes ∝ client_sizes)')
+  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | cell_shards (HIST cell-i.i.d.: N random equal parts, shards within each cell) | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew | sized_dirichlet (Dirichlet labels, client sizes ∝ client_sizes)')
   alpha: float = option(0.5, 'Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew, sized_dirichlet)', check=positive)
   client_sizes: tuple = option((), 'relative dataset size per client, one per client (partition=sized_dirichlet; e.g. Co-S²P Tab. 7)', check=_client_sizes)
-  shards_per_client: int = option(2, 'label shards per client (partition=shards)', check=positive_int)
+  shards_per_client: int = option(2, 'label shards per client (partition=shards, cell_shards)', check=positive_int)
   min_client_size: int = option(2, 'least examples per client (dirichlet, quantity_skew)', check=positive_int)
   # Model.
   model: str = option('mlp', 'the model (fedjax_het.models)')

@@ -93,6 +93,9 @@ def build_experiment(config: ml_collections.ConfigDict):
       'quantity_skew': {'alpha': config.alpha,
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
+      'cell_shards': {'shards_per_client': config.shards_per_client,
+                      'num_cells': config.hierarchy.num_cells
+                                   if 'hierarchy' in config else 1},
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})

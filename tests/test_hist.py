@@ -322,7 +322,7 @@ def test_every_hist_experiment_config_is_valid_and_builds():
             'digits': (8, 8, 1)}
   names = [f for f in sorted(os.listdir(folder)) if f.endswith('.py') and
            f not in ('hist_setup.py', 'compare.py', 'quickstart.py')]
-  assert len(names) == 9
+  assert len(names) == 10
   for name in names:
     module = cli.load_experiment(os.path.join(folder, name))
     for label, config in module.get_configs().items():

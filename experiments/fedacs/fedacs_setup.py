@@ -55,6 +55,16 @@ DATASETS = {
     'digits': dict(dataset='digits', partition='class_blocks', model='mlp',
                    model_options={'hidden': (200,)}, batch_size=16,
                    client_lr=0.05, target_accuracy=0.7, checkpoint_every=200),
+    # Real data at CPU scale: Fashion-MNIST's IDX files (Debian's
+    # dataset-fashion-mnist), the digits setting's MLP widened to 784-200-10
+    # and local work in steps (fmnist_table1.py).
+    'fashion_mnist': dict(dataset='fashion_mnist',
+                          data_dir='/usr/share/datasets/fashion-mnist',
+                          partition='class_blocks', model='mlp',
+                          model_options={'hidden': (200,)}, batch_size=16,
+                          client_lr=0.05, target_accuracy=0.7,
+                          checkpoint_every=200, eval_every=5,
+                          rounds_per_call=5),
     'mnist': dict(dataset='mnist', partition='class_blocks', model='lenet5',
                   model_options={}, batch_size=512, client_lr=0.02,
                   target_accuracy=0.7, checkpoint_every=50,

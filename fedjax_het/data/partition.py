@@ -217,6 +217,29 @@ def shards(labels, num_clients: int, shards_per_client: int, seed: int) -> list[
   return _group(owner, num_clients)
 
 
+def cell_shards(labels, num_clients: int, shards_per_client: int, num_cells: int,
+                seed: int) -> list[np.ndarray]:
+  """HIST's cell-i.i.d., client-non-i.i.d. split (the authors' `mnist_mix`).
+
+  The examples are split uniformly at random into `num_cells` equal parts; cell j's
+  num_clients / num_cells clients (the contiguous block j·n_j … (j+1)·n_j − 1, as
+  `hierarchy` groups them) share its part by `shards` with `shards_per_client` each.
+  """
+  labels = _check_labels(labels)
+  _check_clients(num_clients, labels.size)
+  if num_cells < 1 or num_clients % num_cells:
+    raise ValueError(f'num_cells must divide num_clients = {num_clients}, got {num_cells}.')
+  rng = np.random.default_rng(seed)
+  per_cell = num_clients // num_cells
+  parts = np.split(rng.permutation(labels.size),
+                   np.cumsum(_even_sizes(labels.size, num_cells))[:-1])
+  clients = []
+  for part in parts:
+    inner = shards(labels[part], per_cell, shards_per_client, int(rng.integers(2**31)))
+    clients += [np.sort(part[idx]) for idx in inner]
+  return clients
+
+
 def one_class_per_client(labels, num_clients: int, seed: int) -> list[np.ndarray]:
   """FedACS: client m holds only class classes[m % K] (K = number of distinct labels present).
 
@@ -415,6 +438,7 @@ _PARTITIONERS = {
     'dirichlet': dirichlet,
     'balanced_dirichlet': balanced_dirichlet,
     'shards': shards,
+    'cell_shards': cell_shards,
     'one_class': one_class_per_client,
     'class_blocks': class_blocks,
     'quantity_skew': quantity_skew,
