@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from fedjax_het import models
+from fedjax_het.algorithms import ALGORITHMS
 from fedjax_het.core import backends, batching, sampling
 from fedjax_het.core.rounds import RoundRunner
-from engine_utils import tiny_config, tiny_fedavg
+from engine_utils import tiny_config, tiny_data, tiny_fedavg
 
 BACKEND_SETUPS = [('vmap', None), ('map', None), ('map', 3), ('sequential', None)]
 
@@ -135,6 +137,67 @@ def test_unequal_local_work_agrees_across_backends():
     results.append(state.params)
   for params in results[1:]:
     chex.assert_trees_all_close(params, results[0], rtol=1e-5, atol=1e-6)
+
+
+def _drivers():
+  return [backends.VmapClients(), backends.MapClients(None),
+          backends.MapClients(3), backends.SequentialClients()]
+
+
+def test_map_sum_adds_in_cohort_order_on_every_backend():
+  """Σ summands is the left fold in cohort order (7 clients: MapClients(3) has
+  a partial last chunk); the outputs are map's. vmap adds stored products, bit
+  for bit the fold; map and sequential compute each product beside its add, so
+  XLA:CPU may fuse them into one multiply-add (one rounding less): those two
+  agree bit for bit and are within 1 ulp of the fold."""
+  rng = np.random.default_rng(0)
+  # Magnitudes 1e-4 … 1e4: float32 addition order changes the result.
+  per_client = jnp.asarray(rng.normal(size=(7, 5)) *
+                           10.0**rng.integers(-4, 5, size=(7, 5)), jnp.float32)
+  scale = jnp.float32(1.7)
+
+  def fn(shared, one):
+    return one.sum(), {'x': one * shared, 'n': jnp.ones((), jnp.int32)}
+
+  expected = np.zeros(5, np.float32)
+  for row in np.asarray(per_client * scale):
+    expected = expected + row
+  totals = []
+  for clients in _drivers():
+    map_fn = jax.jit(clients.map_sum, static_argnums=0) if not isinstance(
+        clients, backends.SequentialClients) else clients.map_sum
+    outs, total = map_fn(fn, scale, per_client)
+    np.testing.assert_allclose(total['x'], expected, rtol=1.2e-7, atol=0)
+    assert int(total['n']) == 7
+    np.testing.assert_allclose(outs, per_client.sum(1), rtol=1e-6)
+    totals.append(np.asarray(total['x']))
+  np.testing.assert_array_equal(totals[0], expected)
+  for total in totals[2:]:
+    np.testing.assert_array_equal(total, totals[1])
+  reversed_fold = np.zeros(5, np.float32)
+  for row in np.asarray(per_client * scale)[::-1]:
+    reversed_fold = reversed_fold + row
+  assert not np.array_equal(expected, reversed_fold)  # the order is visible
+
+
+def test_deltas_summed_in_the_map_equal_stacked_aggregation():
+  """FedAvg and FIARSE ('nonzero' coverage): sums in the client map (no
+  stacked deltas) give the stacked segment-sum aggregation's parameters."""
+  for name in ('fedavg', 'fiarse'):
+    results = []
+    for in_map in (True, False):
+      config = tiny_config(algorithm=name)
+      if name == 'fiarse':
+        config.capacities = (0.25, 1.0)
+      data = tiny_data()
+      model = models.create_model('mlp', 3, **config.model_options.to_dict())
+      params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+      algorithm = ALGORITHMS[name](config, model, data)
+      state = algorithm.init(params, jax.random.PRNGKey(1))
+      algorithm.sums_deltas_in_map = in_map
+      state, _ = RoundRunner(algorithm, 'map').run(state, data, 3)
+      results.append(state.params)
+    chex.assert_trees_all_close(results[0], results[1], rtol=1e-6, atol=1e-7)
 
 
 def test_jitted_round_equals_eager_round():

@@ -249,6 +249,7 @@ def test_round_inputs_change_the_round_as_a_host_loop_would():
 class TwoPassFedAvg(FedAvg):
   """Two passes of every client per round through `clients.scan`, the second
   from the first pass's per-segment means (a toy of HIST's edge rounds)."""
+  sums_deltas_in_map = False  # it reads the deltas
 
   def local_phase(self, state, plans, data, clients):
     def one_pass(moved, i):

@@ -107,6 +107,12 @@ class FederatedAlgorithm:
   # Round metrics that are a round's value, not a count to add up: the
   # trainer logs the last round's (summary.json: `last_round`), not a total.
   per_round_metrics = ()
+  # Whether the round needs the client deltas only through `aggregate`'s
+  # segment sums: they are then summed inside the client map
+  # (`Clients.map_sum`, `ClientOutput.delta_sums`) and the cohort's [K, ...]
+  # deltas are never stacked, the round's largest memory traffic. A method
+  # that reads `outputs.delta` itself keeps False.
+  sums_deltas_in_map = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -280,8 +286,24 @@ class FederatedAlgorithm:
         `plans.start_model[k]`.
       client_states: the cohort's state rows [K, ...], or None.
     """
-    return clients.map(self.run_client, (params, table, data),
-                       (plans, client_states))
+    shared, per_client = (params, table, data), (plans, client_states)
+    if not self.sums_deltas_in_map:
+      return clients.map(self.run_client, shared, per_client)
+    outputs, sums = clients.map_sum(self._run_client_summed, shared,
+                                    per_client)
+    return outputs.replace(delta_sums=sums)
+
+  def _run_client_summed(self, shared, per_client):
+    """`run_client`, its delta replaced by its term of the segment sums."""
+    output = self.run_client(shared, per_client)
+    plan = per_client[0]
+    one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
+    sums = aggregation.segment_sums(
+        jax.tree.map(one, output.delta), one(plan.active_weight()),
+        one(plan.segment), self.num_segments,
+        jax.tree.map(one, self.coverage_masks(plan.mask, output.delta)),
+        values_masked=True)
+    return output.replace(delta=None), sums
 
   def run_client(self, shared, per_client) -> ClientOutput:
     """One client's program (`clients.map`'s function)."""
@@ -348,13 +370,23 @@ class FederatedAlgorithm:
     [0, num_segments); idle slots weigh 0) is combined into a pseudo-gradient
     g for the server optimiser; the clients' state rows are written back.
     """
-    means, coverage = aggregation.masked_segment_mean(
-        outputs.delta, plans.active_weight(), plans.segment,
-        self.num_segments, plans.mask, values_masked=True)
+    sums = outputs.delta_sums
+    if sums is None:
+      sums = aggregation.segment_sums(
+          outputs.delta, plans.active_weight(), plans.segment,
+          self.num_segments, self.coverage_masks(plans.mask, outputs.delta),
+          values_masked=True)
+    means, coverage = aggregation.mean_of_sums(sums, state.params)
     params, opt_state = self.server_step(
         state, self.combine_segments(means, coverage))
     return state.replace(params=params, opt_state=opt_state,
                          clients=self.next_clients(state, plans, outputs))
+
+  def coverage_masks(self, mask: PyTree, delta: PyTree) -> PyTree:
+    """The masks m of the mean Σ w m Δ / Σ w m: the plans' submodel masks
+    (None: every coordinate), for one client or stacked [K, ...]."""
+    del delta
+    return mask
 
   def client_payload_bytes(self, state: ServerState,
                            plans: ClientPlan) -> jax.Array:

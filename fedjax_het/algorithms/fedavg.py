@@ -12,10 +12,11 @@ With `client_sampling='proportional'` and uniform weights the cohort is K draws
 with replacement ∝ n_c and the server takes their plain mean, the unbiased
 scheme I of Li et al. (2020, "On the convergence of FedAvg on non-IID data").
 Every piece is the base class's shared mechanism: FedAvg is the method that
-changes nothing.
+changes nothing (it only declares that its deltas are needed as sums alone).
 """
 from fedjax_het.algorithms.base import FederatedAlgorithm
 
 
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
+  sums_deltas_in_map = True

@@ -45,7 +45,7 @@ from fedjax_het import models
 from fedjax_het.algorithms.base import (FederatedAlgorithm,
                                        payload_bytes_per_client)
 from fedjax_het.core import program
-from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
 
@@ -130,6 +130,7 @@ class SubmodelAlgorithm(FederatedAlgorithm):
 
   supports_capacities = True
   default_partial_average = 'mask'
+  sums_deltas_in_map = True
   option_groups = (SubmodelOptions,)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
@@ -203,12 +204,11 @@ class SubmodelAlgorithm(FederatedAlgorithm):
     del state
     return plans.extras['payload_bytes']
 
-  def aggregate(self, state: ServerState, plans: ClientPlan,
-                outputs: ClientOutput) -> tuple[PyTree, PyTree, PyTree]:
+  def coverage_masks(self, mask, delta):
+    """The submodel mask, or 1{Δ ≠ 0} under the 'nonzero' rule."""
     if self.partial_average == 'nonzero':
-      counted = jax.tree.map(lambda d: d != 0, outputs.delta)
-      plans = plans.replace(mask=counted)
-    return super().aggregate(state, plans, outputs)
+      return jax.tree.map(lambda d: d != 0, delta)
+    return mask
 
   # ---- evaluation ------------------------------------------------------------
   def submodel_fractions(self, params: PyTree) -> dict[str, float]:

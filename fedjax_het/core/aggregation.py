@@ -141,11 +141,21 @@ def masked_segment_mean(values: PyTree, weights: jax.Array,
     (mean, coverage): `mean` is a pytree of [S, ...] arrays in the values'
     dtypes; `coverage` holds the denominators Σ w_c m_cj (`segment_sums`).
   """
-  numerator, denominator = segment_sums(values, weights, segment_ids,
-                                        num_segments, masks,
-                                        values_masked=values_masked)
+  sums = segment_sums(values, weights, segment_ids, num_segments, masks,
+                      values_masked=values_masked)
+  return mean_of_sums(sums, values)
+
+
+def mean_of_sums(sums: tuple[PyTree, PyTree], like: PyTree
+                 ) -> tuple[PyTree, PyTree]:
+  """(mean, coverage) from `segment_sums`'s (numerator, denominator).
+
+  `mean` is their `ratio` in the dtypes of `like`'s leaves (the deltas, or
+  the params they are deltas of); `coverage` is the denominator.
+  """
+  numerator, denominator = sums
   mean = jax.tree.map(lambda n, d, v: ratio(n, d).astype(v.dtype), numerator,
-                      denominator, values)
+                      denominator, like)
   return mean, denominator
 def masked_mean(values: PyTree, weights: jax.Array,
                 masks: PyTree = None) -> PyTree:

@@ -1,9 +1,15 @@
 """Client-axis backends: how the selected clients' programs are run.
 
 Every backend is a client driver (`Clients`): `map(fn, shared, per_client)`
-runs the same pure per-client function over a leading cohort axis and
-`scan(fn, carry, xs)` loops between such maps. Only the driver differs, so
-results agree across backends.
+runs the same pure per-client function over a leading cohort axis,
+`map_sum` does the same and also sums a part of each client's result over the
+cohort (the aggregation's segment sums: the [K, ...] client deltas are then
+never stacked), and `scan(fn, carry, xs)` loops between such maps. Only the
+driver differs, so results agree across backends. `map_sum` adds the clients'
+summands in cohort order on every backend; where a summand is computed in the
+same loop body as the add (map, sequential), XLA:CPU may contract a product
+and the add into one fused multiply-add, so vmap's sums can differ from
+theirs in the last bit.
 
 - `vmap`: all clients in one vectorised computation (best on GPU/TPU for dense
   models; convolutions become grouped convolutions, see the README's Speed section).
@@ -71,9 +77,27 @@ class Clients(Protocol):
   def map(self, fn: Callable, shared: PyTree, per_client: PyTree) -> PyTree:
     ...
 
+  def map_sum(self, fn: Callable, shared: PyTree, per_client: PyTree
+              ) -> tuple[PyTree, PyTree]:
+    """`fn(shared, one) -> (out, summand)`: (outs stacked, Σ summands)."""
+    ...
+
   def scan(self, fn: Callable, carry: PyTree, xs: PyTree
            ) -> tuple[PyTree, PyTree]:
     ...
+
+
+def sum_in_order(stacked: PyTree, total: PyTree = None) -> PyTree:
+  """total + stacked[0] + stacked[1] + …, left to right (leaves [K, ...]).
+
+  The summation order of `Clients.map_sum` on every backend; None `total`
+  starts from zeros (0 + x is exact, so the first row is kept as is).
+  """
+  if total is None:
+    total = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), stacked)
+  total, _ = jax.lax.scan(
+      lambda acc, row: (jax.tree.map(jnp.add, acc, row), None), total, stacked)
+  return total
 
 
 class VmapClients:
@@ -81,6 +105,10 @@ class VmapClients:
 
   def map(self, fn, shared, per_client):
     return jax.vmap(fn, in_axes=(None, 0))(shared, per_client)
+
+  def map_sum(self, fn, shared, per_client):
+    outs, summands = self.map(fn, shared, per_client)
+    return outs, sum_in_order(summands)
 
   def scan(self, fn, carry, xs):
     return jax.lax.scan(fn, carry, xs)
@@ -94,6 +122,37 @@ class MapClients(VmapClients):
   def map(self, fn, shared, per_client):
     return jax.lax.map(lambda one: fn(shared, one), per_client,
                        batch_size=self.chunk_size or None)
+
+  def map_sum(self, fn, shared, per_client):
+    """A scan over the clients (or chunks of them) that carries the sum."""
+    size = jax.tree.leaves(per_client)[0].shape[0]
+    chunk = min(self.chunk_size or 1, size)
+    full = size // chunk * chunk
+    one_client = jax.tree.map(lambda x: x[0], per_client)
+    summand_shapes = jax.eval_shape(fn, shared, one_client)[1]
+    total = jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), summand_shapes)
+
+    def run_chunk(total, clients):
+      outs, summands = jax.vmap(fn, in_axes=(None, 0))(shared, clients)
+      return sum_in_order(summands, total), outs
+
+    def run_one(total, client):
+      out, summand = fn(shared, client)
+      return sum_in_order(jax.tree.map(lambda x: x[None], summand), total), out
+
+    if chunk == 1:
+      return jax.lax.scan(run_one, total, per_client)[::-1]
+    chunks = jax.tree.map(
+        lambda x: x[:full].reshape((full // chunk, chunk) + x.shape[1:]),
+        per_client)
+    total, outs = jax.lax.scan(run_chunk, total, chunks)
+    outs = jax.tree.map(lambda x: x.reshape((full,) + x.shape[2:]), outs)
+    if full < size:  # the last, partial chunk
+      rest = jax.tree.map(lambda x: x[full:], per_client)
+      total, rest_outs = run_chunk(total, rest)
+      outs = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), outs,
+                          rest_outs)
+    return outs, total
 
 
 def _plans_of(per_client: PyTree) -> ClientPlan | None:
@@ -116,13 +175,32 @@ class SequentialClients:
     self.round_index = round_index
     self._jitted = {}
 
-  def _compiled(self, fn):
-    if fn not in self._jitted:
-      self._jitted[fn] = jax.jit(fn)
-    return self._jitted[fn]
+  def _compiled(self, fn, summed: bool = False):
+    """jit of `fn(shared, one)`, or with `summed` of
+    `(shared, one, total) -> (out, total + summand)`: the client's summand is
+    added in the same compiled call as in the compiled backends' scan."""
+    if (fn, summed) not in self._jitted:
+      if summed:
+        def step(shared, one, total):
+          out, summand = fn(shared, one)
+          return out, jax.tree.map(jnp.add, total, summand)
+        self._jitted[fn, summed] = jax.jit(step)
+      else:
+        self._jitted[fn, summed] = jax.jit(lambda shared, one: (fn(shared, one), None))
+    return self._jitted[fn, summed]
 
   def map(self, fn, shared, per_client):
-    update = self._compiled(fn)
+    return self._loop(self._compiled(fn), shared, per_client, None)[0]
+
+  def map_sum(self, fn, shared, per_client):
+    one_client = jax.tree.map(lambda x: x[0], per_client)
+    summand_shapes = jax.eval_shape(fn, shared, one_client)[1]
+    total = jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), summand_shapes)
+    return self._loop(self._compiled(fn, summed=True), shared, per_client,
+                      total)
+
+  def _loop(self, update, shared, per_client, total):
+    """(stacked outputs, total) of `update(shared, one, total)` per client."""
     host = jax.device_get(per_client)  # slice on the host, not per-op on device
     size = jax.tree.leaves(host)[0].shape[0]
     plans = _plans_of(host)
@@ -133,11 +211,19 @@ class SequentialClients:
     for slot, client_id in enumerate(client_ids):
       one = jax.tree.map(lambda x, i=slot: x[i], host)
       try:
-        outputs.append(update(shared, one))
+        output, total = (update(shared, one, total) if total is not None
+                         else update(shared, one))
+        outputs.append(output)
       except Exception as e:  # re-raised with the client named, cause kept.
         raise ClientError(f'client {client_id} (cohort slot {slot}){where} '
                           f'failed: {e}') from e
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
+    self._check_losses(stacked, client_ids, where)
+    return stacked, total
+
+  @staticmethod
+  def _check_losses(stacked, client_ids, where):
+    """A non-finite training loss names its client (one host sync)."""
     if isinstance(stacked, ClientOutput):
       losses = np.asarray(stacked.loss)  # one host sync per map
       if not np.all(np.isfinite(losses)):
@@ -145,7 +231,6 @@ class SequentialClients:
         raise ClientError(
             f'client {client_ids[slot]} (cohort slot {slot}){where} produced '
             f'a non-finite training loss ({losses[slot]}).')
-    return stacked
 
   def scan(self, fn, carry, xs):
     length = jax.tree.leaves(xs)[0].shape[0]

@@ -101,7 +101,7 @@ class ShardedClients:
     self.inner = inner
     self.mesh = mesh
 
-  def map(self, fn: Callable, shared: PyTree, per_client: PyTree) -> PyTree:
+  def _check_cohort(self, per_client: PyTree) -> None:
     num_devices = self.mesh.devices.size
     cohort = jax.tree.leaves(per_client)[0].shape[0]
     if cohort % num_devices:
@@ -109,11 +109,30 @@ class ShardedClients:
           f'a cohort of {cohort} clients cannot be split evenly over '
           f'{num_devices} devices; use a multiple of {num_devices} clients '
           'per round (HIST: per round in all cells) or set client_devices.')
+
+  def map(self, fn: Callable, shared: PyTree, per_client: PyTree) -> PyTree:
+    self._check_cohort(per_client)
     clients = PartitionSpec(CLIENT_AXIS)
     return jax.shard_map(
         lambda s, c: self.inner.map(fn, s, c), mesh=self.mesh,
         in_specs=(PartitionSpec(), clients), out_specs=clients,
         check_vma=False)(shared, per_client)
+
+  def map_sum(self, fn: Callable, shared: PyTree, per_client: PyTree
+              ) -> tuple[PyTree, PyTree]:
+    """Each device sums its slice in order; one all-reduce (`psum`) adds the
+    devices' sums, so only [S, ...]-sized sums cross devices."""
+    self._check_cohort(per_client)
+    clients = PartitionSpec(CLIENT_AXIS)
+
+    def local(s, c):
+      outs, total = self.inner.map_sum(fn, s, c)
+      return outs, jax.lax.psum(total, CLIENT_AXIS)
+
+    return jax.shard_map(
+        local, mesh=self.mesh, in_specs=(PartitionSpec(), clients),
+        out_specs=(clients, PartitionSpec()), check_vma=False)(shared,
+                                                               per_client)
 
   def scan(self, fn: Callable, carry: PyTree, xs: PyTree):
     return self.inner.scan(fn, carry, xs)

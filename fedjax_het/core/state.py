@@ -107,7 +107,8 @@ class ClientOutput:
   """Result of one client's local training.
 
   Attributes:
-    delta: x_start − x_local (the pseudo-gradient), zero outside the mask.
+    delta: x_start − x_local (the pseudo-gradient), zero outside the mask;
+      None in a cohort's outputs whose deltas were summed in the client map.
     loss: mean training loss over the steps the client ran.
     num_examples: number of examples processed (Σ steps × batch size).
     extras: algorithm-specific per-client outputs, or None.
@@ -118,6 +119,10 @@ class ClientOutput:
       emitted each output ran (a client with fewer steps emits less).
     client_state: the client's persistent state after the round (a row of
       `ServerState.clients`), or None.
+    delta_sums: (numerator, denominator) of the cohort's masked, weighted
+      segment sums of the deltas (`aggregation.segment_sums`, [S, ...]
+      leaves), when a method sums them inside the client map
+      (`FederatedAlgorithm.sums_deltas_in_map`); else None.
   """
   delta: PyTree
   loss: jax.Array
@@ -126,6 +131,7 @@ class ClientOutput:
   emitted: PyTree = None
   emitted_active: jax.Array | None = None
   client_state: PyTree = None
+  delta_sums: PyTree = None
 
 
 @flax.struct.dataclass
