@@ -22,12 +22,13 @@ METHOD_KWARGS = {
     'dirichlet': {'alpha': 0.5, 'min_size': 1},
     'balanced_dirichlet': {'alpha': 0.5},
     'shards': {'shards_per_client': 2},
+    'cell_shards': {'shards_per_client': 2, 'num_cells': 1},  # 1 divides any client count
     'one_class': {},
     'class_blocks': {},
     'quantity_skew': {'alpha': 0.5},
     'sized_dirichlet': {'alpha': 0.5},
 }
-EXACT_COVER = ('iid', 'dirichlet', 'shards', 'quantity_skew', 'sized_dirichlet')
+EXACT_COVER = ('iid', 'dirichlet', 'shards', 'cell_shards', 'quantity_skew', 'sized_dirichlet')
 
 
 def method_kwargs(method, clients):
