@@ -94,8 +94,7 @@ def build_experiment(config: ml_collections.ConfigDict):
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
       'cell_shards': {'shards_per_client': config.shards_per_client,
-                      'num_cells': config.hierarchy.num_cells
-                                   if 'hierarchy' in config else 1},
+                      'num_cells': config.hierarchy.num_cells},
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})

@@ -95,9 +95,20 @@ def sum_in_order(stacked: PyTree, total: PyTree = None) -> PyTree:
   """
   if total is None:
     total = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), stacked)
-  total, _ = jax.lax.scan(
-      lambda acc, row: (jax.tree.map(jnp.add, acc, row), None), total, stacked)
+  total, _ = jax.lax.scan(lambda acc, row: (_add(acc, row), None), total,
+                          stacked)
   return total
+
+
+def _add(total: PyTree, summand: PyTree) -> PyTree:
+  return jax.tree.map(jnp.add, total, summand)
+
+
+def _zero_total(fn: Callable, shared: PyTree, per_client: PyTree) -> PyTree:
+  """Zeros shaped like one client's summand of `fn` (traced, not run)."""
+  one_client = jax.tree.map(lambda x: x[0], per_client)
+  shapes = jax.eval_shape(fn, shared, one_client)[1]
+  return jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), shapes)
 
 
 class VmapClients:
@@ -128,9 +139,7 @@ class MapClients(VmapClients):
     size = jax.tree.leaves(per_client)[0].shape[0]
     chunk = min(self.chunk_size or 1, size)
     full = size // chunk * chunk
-    one_client = jax.tree.map(lambda x: x[0], per_client)
-    summand_shapes = jax.eval_shape(fn, shared, one_client)[1]
-    total = jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), summand_shapes)
+    total = _zero_total(fn, shared, per_client)
 
     def run_chunk(total, clients):
       outs, summands = jax.vmap(fn, in_axes=(None, 0))(shared, clients)
@@ -138,7 +147,7 @@ class MapClients(VmapClients):
 
     def run_one(total, client):
       out, summand = fn(shared, client)
-      return sum_in_order(jax.tree.map(lambda x: x[None], summand), total), out
+      return _add(total, summand), out
 
     if chunk == 1:
       return jax.lax.scan(run_one, total, per_client)[::-1]
@@ -176,28 +185,24 @@ class SequentialClients:
     self._jitted = {}
 
   def _compiled(self, fn, summed: bool = False):
-    """jit of `fn(shared, one)`, or with `summed` of
-    `(shared, one, total) -> (out, total + summand)`: the client's summand is
-    added in the same compiled call as in the compiled backends' scan."""
+    """jit of `(shared, one, total) -> (fn's out, total)`, or with `summed`
+    (`fn` returns (out, summand)) of `-> (out, total + summand)`: the summand
+    is added in the client's compiled call, as in the compiled backends."""
     if (fn, summed) not in self._jitted:
-      if summed:
-        def step(shared, one, total):
-          out, summand = fn(shared, one)
-          return out, jax.tree.map(jnp.add, total, summand)
-        self._jitted[fn, summed] = jax.jit(step)
-      else:
-        self._jitted[fn, summed] = jax.jit(lambda shared, one: (fn(shared, one), None))
+      def step(shared, one, total):
+        if not summed:
+          return fn(shared, one), total
+        out, summand = fn(shared, one)
+        return out, _add(total, summand)
+      self._jitted[fn, summed] = jax.jit(step)
     return self._jitted[fn, summed]
 
   def map(self, fn, shared, per_client):
     return self._loop(self._compiled(fn), shared, per_client, None)[0]
 
   def map_sum(self, fn, shared, per_client):
-    one_client = jax.tree.map(lambda x: x[0], per_client)
-    summand_shapes = jax.eval_shape(fn, shared, one_client)[1]
-    total = jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), summand_shapes)
     return self._loop(self._compiled(fn, summed=True), shared, per_client,
-                      total)
+                      _zero_total(fn, shared, per_client))
 
   def _loop(self, update, shared, per_client, total):
     """(stacked outputs, total) of `update(shared, one, total)` per client."""
@@ -211,8 +216,7 @@ class SequentialClients:
     for slot, client_id in enumerate(client_ids):
       one = jax.tree.map(lambda x, i=slot: x[i], host)
       try:
-        output, total = (update(shared, one, total) if total is not None
-                         else update(shared, one))
+        output, total = update(shared, one, total)
         outputs.append(output)
       except Exception as e:  # re-raised with the client named, cause kept.
         raise ClientError(f'client {client_id} (cohort slot {slot}){where} '
