@@ -3,7 +3,7 @@
     fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
                      [--algorithm A] [--num-clients M] [--cohort K] [--local-steps S]
                      [--conv-impl auto|xla|im2col] [--client-devices N] [--cpu-devices N]
-                     [--stream [--feature-dtype float32|uint8]]
+                     [--stream [--feature-dtype float32|uint8]] [--processes N]
 
 Workloads (synthetic data of the papers' shapes; the README's Speed section has the peers' numbers):
 * W-MLP: 1000 clients × 50 examples of 28×28×1, MLP 784-200-200-10, cohort 50,
@@ -25,6 +25,18 @@ minibatch step, divided by the matmul FLOP/s measured in the same process),
 per step over the measured copy bandwidth: an upper bound on memory time, as
 cache hits count as traffic), peak memory and the client data size.
 
+Hierarchical methods (hfedavg, hist) train every client of every cell each round: their
+federation is one cohort (num_clients = cohort, unless `--num-clients` says otherwise) and a
+round is one edge round (`hierarchy.edge_rounds = 1`), so a round does the FedAvg round's local
+work; compare with `--algorithm fedavg --num-clients 50`.
+
+`--processes N` runs the benchmark in N processes on this machine, joined by
+`jax.distributed` on localhost (gloo collectives on CPU), the cohort sharded over all their
+devices; each process is pinned to its share of the cores and holds one XLA CPU device unless
+`--cpu-devices` says otherwise. Process 0 measures the limits on its own cores (the roofline's
+FLOP/s is its rate times the process count; the centralised limit is one process's) and prints
+the report (with `processes`); the others only run the rounds. It is what a multi-host run does, on one host.
+
 `--stream` writes the federation (seeded, in blocks) to np.memmap files in a temporary
 directory, keeps it on the host and streams each round's cohort to the device ahead of use
 (`core.stream`); it adds the host and device data bytes and the largest anonymous RSS after a
@@ -35,6 +47,8 @@ import dataclasses
 import json
 import os
 import resource
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +60,7 @@ import numpy as np
 import optax
 
 from fedjax_het import algorithms, models, run
+from fedjax_het.algorithms.hist import HierarchyOptions
 from fedjax_het.config import base_config
 from fedjax_het.core import sharding
 from fedjax_het.core.stream import CohortStream
@@ -131,7 +146,7 @@ def centralized(workload: Workload, model, params, rounds: int) -> dict:
 
 def peak_memory() -> tuple[int, str]:
   """Peak bytes in use on the default device, or the process's peak RSS on CPU."""
-  stats = jax.devices()[0].memory_stats() or {}
+  stats = jax.local_devices()[0].memory_stats() or {}
   if 'peak_bytes_in_use' in stats:
     return int(stats['peak_bytes_in_use']), 'device'
   scale = 1 if sys.platform == 'darwin' else 1024  # ru_maxrss is KiB on Linux
@@ -150,6 +165,8 @@ def _config(workload: Workload, backend: str, algorithm: str, client_devices: in
       num_train=workload.num_clients * workload.examples_per_client,
       num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
   config.model_options = dict(workload.model_options)
+  if HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups:
+    config.hierarchy.edge_rounds = 1
   if algorithms.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
@@ -268,8 +285,9 @@ def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int
 def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
               algorithm: str | None = None, client_devices: int = 0,
               conv_impl: str = '', stream: bool = False, feature_dtype: str = 'float32',
-              **overrides: int) -> dict:
-  """Runs one benchmark; returns the result dict printed as the last line.
+              **overrides: int) -> dict | None:
+  """Runs one benchmark; returns the result dict printed as the last line
+  (None in a process other than 0 of a multi-process run).
 
   `overrides` replace the workload's num_clients, cohort or local_steps;
   None keeps the workload's own. `stream` keeps the federation in host memmap files
@@ -295,14 +313,21 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
     workload = dataclasses.replace(
         workload, model_options={**workload.model_options, 'conv_impl': conv_impl})
   algorithm = algorithm or workload.algorithm
+  if (HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups
+      and 'num_clients' not in overrides):
+    workload = dataclasses.replace(workload, num_clients=workload.cohort)
   if stream:
     timed, model, params = streamed_round(workload, backend, algorithm, rounds,
                                           client_devices, feature_dtype)
   else:
     timed, model, params = federated_round(workload, backend, algorithm, rounds,
                                            client_devices)
+  if jax.process_index() != 0:
+    return None
   limit = centralized(workload, model, params, rounds)
   machine = measure_machine()
+  # Process 0 measures on its share of the cores: the round has them all.
+  machine['matmul_flops_per_s'] *= jax.process_count()
   seconds = timed.pop('seconds')
   median = float(np.median(seconds))
   examples = workload.cohort * workload.local_steps * workload.batch_size
@@ -311,7 +336,8 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   return {
       'workload': workload_name, 'algorithm': algorithm, **timed,
       'conv_impl': workload.model_options.get('conv_impl', 'auto'),
-      'platform': jax.default_backend(), 'device_kind': jax.devices()[0].device_kind,
+      'platform': jax.default_backend(), 'device_kind': jax.local_devices()[0].device_kind,
+      'processes': jax.process_count(),
       'num_clients': workload.num_clients, 'cohort': workload.cohort,
       'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
       'rounds_timed': len(seconds),
@@ -352,16 +378,73 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--cpu-devices', type=int, default=0,
                       help='split the CPU into this many XLA devices (default: '
                       'one per core, up to 8, as fedjax-het does; CPU only)')
+  parser.add_argument('--processes', type=int, default=1,
+                      help='run in this many processes on this machine, joined by '
+                      'jax.distributed on localhost, the cohort sharded over all their '
+                      'devices')
+  # Set by --processes in the processes it starts.
+  parser.add_argument('--distributed', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--pin-cpus', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.rounds < 1:
     parser.error('--rounds must be at least 1')
+  if args.processes < 1:
+    parser.error('--processes must be at least 1')
+  if args.processes > 1 and args.stream:
+    parser.error('--stream runs in one process (--processes 1)')
   return args
 
 
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def launch_processes(argv: list[str], processes: int, cpu_devices: int) -> int:
+  """`fedjax-het bench argv --distributed` in `processes` processes on this machine.
+
+  They meet at a coordinator on a free localhost port (JAX_COORDINATOR_ADDRESS,
+  JAX_NUM_PROCESSES, JAX_PROCESS_ID: `sharding.initialize_distributed`); each is
+  pinned to an equal share of this process's cores (when there are enough) and
+  gets `cpu_devices` XLA CPU devices (default 1). Prints process 0's output and
+  returns the first non-zero exit status, with that process's output on stderr.
+  """
+  port = _free_port()
+  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else []
+  shares = (np.array_split(cores, processes) if len(cores) >= processes
+            else [None] * processes)
+  flags = f'--xla_force_host_platform_device_count={cpu_devices or 1}'
+  children = []
+  for index, share in enumerate(shares):
+    env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': f'localhost:{port}',
+           'JAX_NUM_PROCESSES': str(processes), 'JAX_PROCESS_ID': str(index),
+           'XLA_FLAGS': f'{os.environ.get("XLA_FLAGS", "")} {flags}'.strip()}
+    pin = [] if share is None else ['--pin-cpus', ','.join(str(c) for c in share)]
+    children.append(subprocess.Popen(
+        [sys.executable, '-m', 'fedjax_het', 'bench', *argv, '--distributed', *pin],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  outputs = [child.communicate()[0] for child in children]
+  print(outputs[0], end='', flush=True)
+  for index, (child, output) in enumerate(zip(children, outputs)):
+    if child.returncode:
+      print(f'fedjax-het bench: process {index} of {processes} exited with status '
+            f'{child.returncode}:\n{output[-3000:]}', file=sys.stderr)
+      return child.returncode
+  return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  argv = sys.argv[1:] if argv is None else argv
+  args = parse_args(argv)
+  if args.processes > 1 and not args.distributed:
+    return launch_processes(argv, args.processes, args.cpu_devices)
+  if args.pin_cpus:  # before XLA sizes its thread pool
+    os.sched_setaffinity(0, {int(c) for c in args.pin_cpus.split(',')})
   if args.cpu_devices:
     sharding.set_cpu_device_count(args.cpu_devices)
+  if args.distributed:
+    sharding.initialize_distributed()
   try:
     result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
                        args.client_devices, args.conv_impl, args.stream,
@@ -370,8 +453,11 @@ def main(argv: list[str] | None = None) -> int:
   except ValueError as e:
     print(f'fedjax-het bench: error: {e}', file=sys.stderr)
     return 2
+  if result is None:
+    return 0
+  processes = f' in {result["processes"]} processes' if result['processes'] > 1 else ''
   print(f'{result["workload"]} {result["algorithm"]}/{result["backend"]} on '
-        f'{result["devices"]} {result["platform"]} device(s)'
+        f'{result["devices"]} {result["platform"]} device(s){processes}'
         f'{" (streamed)" if result.get("stream") else ""}: '
         f'{result["s_per_round_median"]:.4f} s/round (min {result["s_per_round_min"]:.4f}, '
         f'max {result["s_per_round_max"]:.4f}), {result["examples_per_s"]:.0f} examples/s')

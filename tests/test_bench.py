@@ -58,3 +58,41 @@ def test_cpu_is_split_into_one_device_per_core_unless_flags_say_otherwise(monkey
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=3')
   cli.split_cpu_into_devices()
   assert os.environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3'
+
+
+SMALL = ['--workload', 'W-MLP', '--rounds', '2', '--cohort', '4',
+         '--local-steps', '2']
+
+
+def last_json(capsys) -> dict:
+  return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_bench_in_two_processes_shards_the_cohort_over_both(capsys):
+  """`--processes 2`: two `jax.distributed` processes of one CPU device each;
+  process 0's report is the only one printed and counts both."""
+  argv = ['bench', *SMALL, '--num-clients', '40', '--processes', '2']
+  assert cli.main(argv) == 0
+  result = last_json(capsys)
+  assert (result['processes'], result['devices']) == (2, 2)
+  assert (result['cohort'], result['rounds_timed']) == (4, 2)
+  assert result['examples_per_s'] == pytest.approx(
+      4 * 2 * 10 / result['s_per_round_median'])
+
+
+def test_hierarchical_bench_trains_one_cohort_of_cells(capsys):
+  """HIST trains every client each round: its federation is the cohort and a
+  round is one edge round, the local work of the FedAvg round."""
+  assert cli.main(['bench', *SMALL, '--algorithm', 'hist']) == 0
+  result = last_json(capsys)
+  assert (result['algorithm'], result['num_clients'], result['cohort']) == (
+      'hist', 4, 4)
+  config = bench._config(
+      bench.WORKLOADS['W-MLP'], 'auto', 'hist', 0)
+  assert config.hierarchy.edge_rounds == 1
+
+
+def test_bench_rejects_streams_across_processes(capsys):
+  with pytest.raises(SystemExit):
+    bench.parse_args(['--stream', '--processes', '2'])
+  assert '--stream runs in one process' in capsys.readouterr().err
