@@ -105,3 +105,10 @@ def vit_experiment(config, cls=None):
     algorithm = cls(config, model, split.train)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(config.seed)), \
       split
+
+
+def stacked_masks(plans):
+  """`plans` with the clients' masks stacked in `mask` (no mask table), so
+  that every field vmaps or slices over the cohort."""
+  return plans.replace(mask=plans.client_masks(), mask_table=None,
+                       mask_row=None)

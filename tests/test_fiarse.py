@@ -9,7 +9,7 @@ import pytest
 from fedjax_het import algorithms, evaluation, models
 from fedjax_het.algorithms.submodels import level_of_clients
 from fedjax_het.core.rounds import RoundRunner
-from engine_utils import tiny_config, tiny_data, tiny_fedavg
+from engine_utils import stacked_masks, tiny_config, tiny_data, tiny_fedavg
 
 SUBMODEL_METHODS = ('fiarse', 'fiarse_layerwise', 'pruning_greedy',
                     'heterofl', 'fedrolex', 'fjord')
@@ -73,7 +73,7 @@ def run_one_round(name, **overrides):
 
   @jax.jit
   def one_round(state, data):
-    plans = algorithm.plan_round(state, data)
+    plans = stacked_masks(algorithm.plan_round(state, data))
     outputs = jax.vmap(algorithm.client_update, in_axes=(None, 0, None))(
         state.params, plans, data)
     return plans, outputs, algorithm.finish_round(state, plans, outputs)[0]
@@ -162,7 +162,7 @@ def test_fedrolex_window_rolls_one_channel_per_round_heterofl_stays():
       plans = algorithm.plan_round(state.replace(round=jnp.int32(r)), None)
       level = np.asarray(algorithm.client_level)[np.asarray(plans.client_id)]
       slot = int(np.flatnonzero(level == 0)[0])  # a γ = 1/4 client
-      masks.append(np.asarray(plans.mask['fc1']['bias'][slot]))
+      masks.append(np.asarray(plans.client_masks()['fc1']['bias'][slot]))
     # r = √¼ of 12 hidden units: 6 channels; FedRolex's window moves by one.
     assert masks[0].sum() == masks[1].sum() == 6
     np.testing.assert_array_equal(masks[0], np.arange(12) < 6)
@@ -179,7 +179,7 @@ def test_with_momentum_the_submodel_shrinks_only_under_the_current_mask(
   algorithm, state, data = make('fiarse', local_steps=8, client_lr=1.0,
                                 client_momentum=0.9,
                                 submodel={'update_mask': update_mask})
-  plans = jax.jit(algorithm.plan_round)(state, data)
+  plans = stacked_masks(jax.jit(algorithm.plan_round)(state, data))
   plan = jax.tree.map(lambda x: x[0], plans)
   theta = plan.extras['theta']
   update = jax.jit(algorithm.client_update)

@@ -12,10 +12,11 @@ import pytest
 from fedjax_het import cli, models
 from fedjax_het import run as trainer
 from fedjax_het.algorithms import ALGORITHMS, FedAvg
-from fedjax_het.core import batching
+from fedjax_het.core import aggregation, batching
+from fedjax_het.core.state import ClientOutput
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.systems import latency, partition_sizing
-from engine_utils import tiny_config, tiny_data
+from engine_utils import stacked_masks, tiny_config, tiny_data
 
 
 def hierarchical(algorithm='hist', data=None, hidden=(7,), **hierarchy):
@@ -86,8 +87,8 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
   bound = batching.epochs_per_batch(config.batch_size, int(counts.min()))
   params = jax.tree.map(np.asarray, state.params)
   for r in range(rounds):
-    plans = jax.device_get(algorithm.plan_round(
-        state.replace(round=jnp.int32(r)), data))
+    plans = jax.device_get(stacked_masks(algorithm.plan_round(
+        state.replace(round=jnp.int32(r)), data)))
     cells = []
     for j in range(algorithm.num_segments):
       members = np.flatnonzero(plans.segment == j)
@@ -154,12 +155,19 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
   oma, first, oma_final, oma_metrics = two_rounds('hist')
   silent, *_ = hierarchical('hist', edge_channel='aircomp',
                             aircomp_noise='none')
-  plans = oma.plan_round(first, tiny_data())
+  plans = stacked_masks(oma.plan_round(first, tiny_data()))
   deltas = jax.tree.map(lambda m: 0.01 * m.astype(jnp.float32) * jax.random.normal(
       jax.random.PRNGKey(0), m.shape), plans.mask)
-  exact, no_stats = oma.edge_aggregate(jax.random.PRNGKey(1), deltas, plans)
-  over_the_air, stats = silent.edge_aggregate(jax.random.PRNGKey(1), deltas,
-                                              plans)
+  # OMA divides the cells' sums (summed in the client map); AirComp reads
+  # the stacked deltas.
+  sums = aggregation.segment_sums(deltas, plans.weight, plans.segment,
+                                  oma.num_segments, plans.mask,
+                                  values_masked=True)
+  exact, no_stats = oma.edge_aggregate(
+      jax.random.PRNGKey(1), ClientOutput(None, None, None, delta_sums=sums),
+      plans)
+  over_the_air, stats = silent.edge_aggregate(
+      jax.random.PRNGKey(1), ClientOutput(deltas, None, None), plans)
   assert not no_stats
   chex.assert_trees_all_close(over_the_air, exact, rtol=1e-4, atol=1e-8)
   *_, noisy, metrics = two_rounds('hist', **NOISY)
@@ -177,8 +185,8 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
 def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
   uniform, state, _, _ = two_rounds('hist')
   data = tiny_data()
-  plans = [uniform.plan_round(state.replace(round=jnp.int32(r)), data)
-           for r in range(3)]
+  plans = [stacked_masks(uniform.plan_round(state.replace(round=jnp.int32(r)),
+                                            data)) for r in range(3)]
   owners = [np.asarray(p.mask['fc1']['bias'][0]) for p in plans]  # cell 0
   assert not np.array_equal(owners[0], owners[1])
   for plan in plans:  # client 0 in cell 0 and client 2 in cell 1: disjoint
@@ -188,7 +196,7 @@ def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
   # Cell 0 computes at 0.5-0.6 GHz, cell 1 at 2-4 GHz.
   optimized, first, data = hierarchical(
       'hist', partition_sizes='optimized', cpu_ghz_slow=(0.5, 0.6))
-  plan = optimized.plan_round(first, data)
+  plan = stacked_masks(optimized.plan_round(first, data))
   sizes = np.asarray(plan.mask['fc1']['bias'])[[0, 2]].sum(axis=1)
   group, layout = optimized.layout.groups[0], optimized.layout
   cost = latency.edge_round_latency(

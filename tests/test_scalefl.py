@@ -15,7 +15,7 @@ from fedjax_het.config import base_config
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.data import FederatedData
 from fedjax_het.submodel import width
-from engine_utils import tiny_config, tiny_data
+from engine_utils import stacked_masks, tiny_config, tiny_data
 
 # Tiny MLP 5-8-8-8-3 with exits: depth 1 holds 75 of 273 params, depth 2 174.
 HIDDEN = (8, 8, 8)
@@ -196,7 +196,8 @@ def one_round_of(algorithm, state, data, client_ids):
   @jax.jit
   def round_(state):
     keys = jax.random.split(state.key, len(client_ids))
-    plans = algorithm.plan_clients(state, jnp.asarray(client_ids), keys)
+    plans = stacked_masks(
+        algorithm.plan_clients(state, jnp.asarray(client_ids), keys))
     outputs = jax.vmap(algorithm.client_update, in_axes=(None, 0, None))(
         state.params, plans, data)
     return plans, outputs, algorithm.finish_round(state, plans, outputs)[0]
@@ -258,8 +259,8 @@ def test_loss_equals_the_hand_written_reference(tiny):
   loss = jax.jit(algorithm.loss)
   for round_index, g in [(0, 0.0), (2, 0.3)]:  # KD off, then on
     at = state.replace(round=jnp.asarray(round_index, jnp.int32))
-    plans = algorithm.plan_clients(at, jnp.asarray([0, 2, 4]),  # levels 0–2
-                                   jax.random.split(state.key, 3))
+    plans = stacked_masks(algorithm.plan_clients(
+        at, jnp.asarray([0, 2, 4]), jax.random.split(state.key, 3)))  # levels 0–2
     for slot, depth in enumerate([1, 2, 3]):
       plan = jax.tree.map(lambda a, i=slot: a[i], plans)
       assert int(plan.extras['depth']) == depth
@@ -273,8 +274,8 @@ def test_the_teacher_gets_no_distillation_gradient(tiny):
   """Exit s is held constant in the KD terms: the head's gradient is w_s·∇CE_s."""
   algorithm, state, data = tiny
   state = state.replace(round=jnp.asarray(3, jnp.int32))  # KD on
-  plan = jax.tree.map(lambda a: a[0], algorithm.plan_clients(
-      state, jnp.asarray([5]), state.key[None]))  # depth 3, full width
+  plan = jax.tree.map(lambda a: a[0], stacked_masks(algorithm.plan_clients(
+      state, jnp.asarray([5]), state.key[None])))  # depth 3, full width
   x, y = data.x[0], data.y[0]
   head_grad = jax.jit(jax.grad(algorithm.loss))(state.params, x, y, plan,
                                                 None)['head']

@@ -286,7 +286,9 @@ class FederatedAlgorithm:
         `plans.start_model[k]`.
       client_states: the cohort's state rows [K, ...], or None.
     """
-    shared, per_client = (params, table, data), (plans, client_states)
+    # A mask table goes to every client whole; each takes its row in the map.
+    shared = (params, table, data, plans.mask_table)
+    per_client = (plans.replace(mask_table=None), client_states)
     if not self.sums_deltas_in_map:
       return clients.map(self.run_client, shared, per_client)
     outputs, sums = clients.map_sum(self._run_client_summed, shared,
@@ -295,8 +297,10 @@ class FederatedAlgorithm:
 
   def _run_client_summed(self, shared, per_client):
     """`run_client`, its delta replaced by its term of the segment sums."""
-    output = self.run_client(shared, per_client)
-    plan = per_client[0]
+    params, table, data, mask_table = shared
+    plan = per_client[0].with_row_mask(mask_table)
+    output = self.run_client((params, table, data, None),
+                             (plan, per_client[1]))
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
         jax.tree.map(one, output.delta), one(plan.active_weight()),
@@ -307,8 +311,9 @@ class FederatedAlgorithm:
 
   def run_client(self, shared, per_client) -> ClientOutput:
     """One client's program (`clients.map`'s function)."""
-    params, table, data = shared
+    params, table, data, mask_table = shared
     plan, state_row = per_client
+    plan = plan.with_row_mask(mask_table)
     if table is not None:
       params = jax.tree.map(lambda t: t[plan.start_model], table)
     return program.run_program(self.local_program,
@@ -318,7 +323,8 @@ class FederatedAlgorithm:
   def client_update(self, params: PyTree, plan: ClientPlan,
                     data) -> ClientOutput:
     """One client's program from `params`, no client state (an unbatched plan)."""
-    return self.run_client((params, None, data), (plan, None))
+    return self.run_client((params, None, data, plan.mask_table),
+                           (plan.replace(mask_table=None), None))
 
   def forward_params(self, params: PyTree, plan: ClientPlan,
                      ctx: StepContext) -> PyTree:
@@ -374,7 +380,8 @@ class FederatedAlgorithm:
     if sums is None:
       sums = aggregation.segment_sums(
           outputs.delta, plans.active_weight(), plans.segment,
-          self.num_segments, self.coverage_masks(plans.mask, outputs.delta),
+          self.num_segments,
+          self.coverage_masks(plans.client_masks(), outputs.delta),
           values_masked=True)
     means, coverage = aggregation.mean_of_sums(sums, state.params)
     params, opt_state = self.server_step(
@@ -391,6 +398,9 @@ class FederatedAlgorithm:
   def client_payload_bytes(self, state: ServerState,
                            plans: ClientPlan) -> jax.Array:
     """float [K]: bytes of the (sub)model each planned client exchanges."""
+    if plans.mask_table is not None:  # counted once per row of the table
+      return payload_bytes_per_client(state.params,
+                                      plans.mask_table)[plans.mask_row]
     if plans.mask is None:
       return jnp.full(plans.weight.shape, payload_bytes(state.params))
     return payload_bytes_per_client(state.params, plans.mask)

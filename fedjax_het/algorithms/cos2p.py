@@ -429,8 +429,9 @@ class Cos2p(FederatedAlgorithm):
 
   def run_client(self, shared, per_client) -> ClientOutput:
     """Starts from w_{q−τ} with the client's personal exit heads."""
-    params, table, data = shared
+    params, table, data, mask_table = shared
     plan, row = per_client
+    plan = plan.with_row_mask(mask_table)
     params = jax.tree.map(lambda t: t[plan.start_model], table)
     if self.options.personal_heads:
       params = {**params, **row['heads']}

@@ -263,8 +263,8 @@ class HFedAvg(FederatedAlgorithm):
     plans = plans.replace(segment=segment, start_model=segment,
                           extras={'cpu_hz': cpu_hz, 'rate_bps': rate_bps})
     masks = self.cell_masks(round_key(state), plans)
-    if masks is not None:
-      plans = plans.replace(mask=jax.tree.map(lambda m: m[segment], masks))
+    if masks is not None:  # a table the clients index by their cell
+      plans = plans.replace(mask_table=masks, mask_row=segment)
     return plans
 
   def cell_masks(self, key: jax.Array, plans: ClientPlan) -> PyTree:
@@ -273,19 +273,27 @@ class HFedAvg(FederatedAlgorithm):
     return None
 
   # ---- phase 2: E edge rounds --------------------------------------------
-  def edge_aggregate(self, key: jax.Array, deltas: PyTree,
+  @property
+  def sums_deltas_in_map(self) -> bool:
+    """OMA's edge means need only the cells' sums of the deltas, added up
+    inside the client map; AirComp reads every client's delta (its channel)."""
+    return self.hierarchy.edge_channel == 'oma'
+
+  def edge_aggregate(self, key: jax.Array, outputs: ClientOutput,
                      plans: ClientPlan) -> tuple[PyTree, dict]:
     """One edge aggregation: per-cell mean of the client deltas, Eq. (6)/(27).
+
+    OMA (exact) divides the cells' sums `outputs.delta_sums`; AirComp sends
+    the deltas `outputs.delta` [K, ...] over the air.
 
     Returns:
       ([N, ...] mean deltas, per-cell stats {name: float [N]}; empty for OMA).
     """
     h = self.hierarchy
     if h.edge_channel == 'oma':
-      means, _ = aggregation.masked_segment_mean(
-          deltas, plans.weight, plans.segment, self.num_segments, plans.mask,
-          values_masked=True)
+      means, _ = aggregation.mean_of_sums(outputs.delta_sums, self.template)
       return means, {}
+    deltas = outputs.delta
     gamma = self.config.client_lr
     channel_key, noise_key = jax.random.split(key)
     channels = aircomp.rayleigh_channels(channel_key, plans.weight.shape[0],
@@ -293,7 +301,8 @@ class HFedAvg(FederatedAlgorithm):
     accumulated_grads = jax.tree.map(lambda d: d / gamma, deltas)  # Eq. (21)
     means, _, stats = aircomp.over_the_air_mean(
         noise_key, accumulated_grads, plans.weight, plans.segment,
-        self.num_segments, channels, plans.mask, snr=jnp.asarray(h.snr),
+        self.num_segments, channels, plans.client_masks(),
+        snr=jnp.asarray(h.snr),
         power=h.aircomp_power, noise=h.aircomp_noise, sca_steps=h.sca_steps,
         inner_steps=h.inner_steps)
     return jax.tree.map(lambda m: gamma * m, means), {   # Eq. (27)
@@ -320,7 +329,7 @@ class HFedAvg(FederatedAlgorithm):
       outputs = self.run_clients(clients, plans.replace(key=keys), data,
                                  table=edge_params)
       means, stats = self._edge_aggregate(jax.random.fold_in(aircomp_key, e),
-                                          outputs.delta, plans)
+                                          outputs, plans)
       return (jax.tree.map(jnp.add, moved, means),
               (outputs.loss, outputs.num_examples, stats))
 
@@ -366,10 +375,10 @@ class HFedAvg(FederatedAlgorithm):
     for key in ('bytes_down', 'bytes_up'):  # one exchange per edge round
       metrics[key] = self.edge_rounds * metrics[key]
     metrics['mb_per_client'] = metrics['bytes_up'] / self.num_clients / 2**20
-    if plans.mask is None:
+    if plans.mask_table is None:
       trained = jnp.full(plans.weight.shape, float(self.total_params))
     else:
-      trained = jax.vmap(_count_true)(plans.mask)
+      trained = jax.vmap(_count_true)(plans.mask_table)[plans.mask_row]
     cell_latency = latency.edge_round_latency(
         h.edge_channel, trained, self.total_params, plans.num_steps,
         plans.extras['cpu_hz'], plans.extras['rate_bps'], plans.segment,

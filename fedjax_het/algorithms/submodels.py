@@ -42,8 +42,7 @@ import numpy as np
 
 from fedjax_het import evaluation
 from fedjax_het import models
-from fedjax_het.algorithms.base import (FederatedAlgorithm,
-                                       payload_bytes_per_client)
+from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
@@ -189,20 +188,14 @@ class SubmodelAlgorithm(FederatedAlgorithm):
                    keys: jax.Array) -> ClientPlan:
     plan = super().plan_clients(state, client_ids, keys)
     # Submodels depend on the level only: plan every level once ([L, ...]
-    # masks, thresholds and payloads), then give each client its level's.
+    # masks and thresholds); the masks stay a table the clients index by
+    # their level, the extras are gathered per client.
     level_masks, level_extras = self.level_plan(
         state, jnp.arange(len(self.levels)))
-    level_payload = payload_bytes_per_client(state.params, level_masks)
     levels = self.client_level[client_ids]
-    of_client = lambda x: x[levels]
-    extras = {**jax.tree.map(of_client, level_extras),
-              'payload_bytes': of_client(level_payload)}
-    return plan.replace(mask=jax.tree.map(of_client, level_masks),
-                        extras=extras)
-
-  def client_payload_bytes(self, state, plans):
-    del state
-    return plans.extras['payload_bytes']
+    return plan.replace(
+        mask_table=level_masks, mask_row=levels,
+        extras=jax.tree.map(lambda x: x[levels], level_extras))
 
   def coverage_masks(self, mask, delta):
     """The submodel mask, or 1{Δ ≠ 0} under the 'nonzero' rule."""

@@ -346,7 +346,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     weights, _ = self.slot_weights(state, plans, outputs)
     sums, _ = aggregation.segment_sums(
         outputs.delta, weights * plans.is_active(), plans.segment, 1,
-        plans.mask)
+        plans.client_masks())
     scale = self.update_scale()
     return jax.tree.map(lambda s: (s[0] * scale).astype(s.dtype), sums)
 

@@ -157,6 +157,8 @@ def mean_of_sums(sums: tuple[PyTree, PyTree], like: PyTree
   mean = jax.tree.map(lambda n, d, v: ratio(n, d).astype(v.dtype), numerator,
                       denominator, like)
   return mean, denominator
+
+
 def masked_mean(values: PyTree, weights: jax.Array,
                 masks: PyTree = None) -> PyTree:
   """`masked_segment_mean` with one global segment; leaves lose the S axis."""

@@ -70,7 +70,7 @@ class ClientPlan:
       global average; capacity group or cell otherwise). An id outside that
       range is dropped from the aggregate, as `jax.ops.segment_sum` does.
     mask: pytree like the params with 0/1 entries selecting the client's
-      submodel, or None for the full model.
+      submodel, or None for the full model (or for masks in `mask_table`).
     extras: algorithm-specific per-client inputs (e.g. FIARSE's threshold).
     active: bool, or None for active; an idle slot (False) runs no step,
       contributes nothing to the aggregate and leaves its client's
@@ -79,6 +79,14 @@ class ClientPlan:
     start_model: int32 row of the round's table of start models the client
       trains from (`FederatedAlgorithm.start_models`: HIST's edge models,
       stale global versions), or None: the global model.
+    mask_table: the round's distinct submodel masks, leaves [T, ...] (one
+      per capacity level, one per HIST cell), shared by the cohort, not per
+      client; or None. The client driver gives every client the table as a
+      shared input and each client takes its row inside the client map, so
+      the cohort's [K, ...] masks are never gathered (`client_masks`
+      gathers them for code that needs them stacked).
+    mask_row: int32 row of `mask_table` holding the client's mask (with
+      `mask_table`; `mask` is then None).
   """
   client_id: jax.Array
   key: jax.Array
@@ -90,6 +98,22 @@ class ClientPlan:
   extras: PyTree = None
   active: jax.Array | None = None
   start_model: jax.Array | None = None
+  mask_table: PyTree = None
+  mask_row: jax.Array | None = None
+
+  def client_masks(self) -> PyTree:
+    """The clients' masks, [K, ...] leaves for batched plans: `mask`, or
+    their rows of `mask_table` (None: the full model)."""
+    if self.mask_table is None:
+      return self.mask
+    return jax.tree.map(lambda t: t[self.mask_row], self.mask_table)
+
+  def with_row_mask(self, mask_table: PyTree) -> 'ClientPlan':
+    """One client's plan with `mask` its row of `mask_table` (the table
+    `run_clients` shares with every client; None: unchanged)."""
+    if mask_table is None:
+      return self
+    return self.replace(mask=self.replace(mask_table=mask_table).client_masks())
 
   def is_active(self) -> jax.Array:
     """`active` as a bool array (True where it is None), shaped like `weight`."""
