@@ -76,17 +76,20 @@ PINNED = {
     ('fedau', 'map'): 'fb3e676a4ced8846',
     # Re-pinned once, explained: OMA edge rounds sum the deltas inside the
     # client map (`HFedAvg.sums_deltas_in_map`), where XLA:CPU fuses each
-    # product w·Δ into its add (as FedAvg's re-pin above); the old stacked
-    # edge aggregation gives 'c0b6a92f014d14cf', the new parameters differ in
-    # 2 of 66 entries by 1.9e-9 (2^-29: one rounding at the scale of the
-    # summed deltas).
-    ('hist', 'map'): 'afae0979d17f6c5f',
-    ('hist', 'sequential'): 'afae0979d17f6c5f',
-    # Re-pinned once, explained: AirComp's sums now go through the shared
+    # product w·Δ into its add (as FedAvg's re-pin above), and the cloud's
+    # segment sums take one row per cell weighted by the cell's total weight,
+    # W_j·x_j, instead of adding w_c·x_j over the cell's clients. The old code
+    # gives 'c0b6a92f014d14cf'; the new parameters differ in 4 of 66 entries
+    # by at most 1.5e-8 (1 ulp of entries in [0.125, 0.25)).
+    ('hist', 'map'): 'febbe9e5f2ae6b55',
+    ('hist', 'sequential'): 'febbe9e5f2ae6b55',
+    # Re-pinned twice, explained: AirComp's sums now go through the shared
     # `segment_sums` (a one-hot GEMM) instead of its own scatter-add copy;
     # the old implementation gives '3c4724e2bbd4243f', the new parameters
-    # differ by ≤ 3e-8 (1 ulp).
-    ('hist_aircomp', 'vmap'): '8d39b8c16822c615',
+    # differ by ≤ 3e-8 (1 ulp). Then the cloud's segment sums as above
+    # (one row per cell, W_j·x_j): from '8d39b8c16822c615', 1 of 66 entries
+    # moves by 1.5e-8 (1 ulp at 0.177).
+    ('hist_aircomp', 'vmap'): '8d617a9cc5c1f0de',
 }
 
 
