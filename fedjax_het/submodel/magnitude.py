@@ -111,13 +111,17 @@ class MagnitudeThresholds:
     """
     leaves, treedef = jax.tree.flatten(params)
     groups = jax.tree.leaves(self.group_of)
+    # γ = 1 keeps the group whole (θ = 0): only γ < 1 needs the search.
+    searched = [l for l, gamma in enumerate(gammas) if gamma < 1]
     per_group = []
     for i, size in enumerate(self.group_sizes):
       members = [x for x, g in zip(leaves, groups) if g == i]
-      ks = [top_k_count(gamma, size) for gamma in gammas]
-      theta = kth_largest_magnitude(members, ks)
-      full = jnp.asarray([gamma >= 1 for gamma in gammas])  # exact, on host
-      per_group.append(jnp.where(full, 0.0, theta))
+      theta = jnp.zeros((len(gammas),), jnp.float32)
+      if searched:
+        ks = [top_k_count(gammas[l], size) for l in searched]
+        theta = theta.at[jnp.asarray(searched)].set(
+            kth_largest_magnitude(members, ks))
+      per_group.append(theta)
     zeros = jnp.zeros((len(gammas),), jnp.float32)
     return treedef.unflatten([per_group[g] if g >= 0 else zeros
                               for g in groups])
