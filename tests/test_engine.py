@@ -10,7 +10,7 @@ from fedjax_het import models
 from fedjax_het.algorithms import ALGORITHMS
 from fedjax_het.core import backends, batching, sampling
 from fedjax_het.core.rounds import RoundRunner
-from engine_utils import tiny_config, tiny_data, tiny_fedavg
+from engine_utils import stacked_masks, tiny_config, tiny_data, tiny_fedavg
 
 BACKEND_SETUPS = [('vmap', None), ('map', None), ('map', 3), ('sequential', None)]
 
@@ -198,6 +198,28 @@ def test_deltas_summed_in_the_map_equal_stacked_aggregation():
       state, _ = RoundRunner(algorithm, 'map').run(state, data, 3)
       results.append(state.params)
     chex.assert_trees_all_close(results[0], results[1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize('name', ['heterofl', 'fiarse'])
+def test_a_mask_table_trains_as_the_gathered_masks(name):
+  """Masks as a table each client indexes in the map (`ClientPlan.mask_table`)
+  give the same rounds, bit for bit, and the same bytes as the cohort's
+  masks gathered into the plans, on every driver."""
+  for backend in ('vmap', 'map', 'sequential'):
+    results = []
+    for gathered in (False, True):
+      config = tiny_config(algorithm=name, capacities=(0.25, 0.5, 1.0))
+      data = tiny_data()
+      model = models.create_model('mlp', 3, **config.model_options.to_dict())
+      params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+      algorithm = ALGORITHMS[name](config, model, data)
+      if gathered:
+        plan_clients = algorithm.plan_clients
+        algorithm.plan_clients = lambda *a, f=plan_clients: stacked_masks(f(*a))
+      state = algorithm.init(params, jax.random.PRNGKey(1))
+      state, metrics = RoundRunner(algorithm, backend).run(state, data, 2)
+      results.append((state.params, metrics['bytes_up']))
+    chex.assert_trees_all_equal(results[0], results[1])
 
 
 def test_jitted_round_equals_eager_round():

@@ -11,9 +11,10 @@ takes part in every global round t (Algorithm 1):
 
 On the engine a global round is one round of the `RoundRunner`:
 - cells are aggregation segments: `plan.segment` is a client's cell, and each
-  edge aggregation is `masked_segment_mean` (a `jax.ops.segment_sum` over the
-  client axis by cell) or its over-the-air twin
-  `channels.aircomp.over_the_air_mean`;
+  edge aggregation is the masked segment mean by cell (OMA: the ratio of the
+  segment sums, added up inside the client map) or its over-the-air twin
+  `channels.aircomp.over_the_air_mean`; the cells' submodel masks are the
+  plans' `mask_table`, indexed by cell;
 - the E edge rounds run in `local_phase` as a `clients.scan` (a `lax.scan`
   inside the round's jit, a host loop under the sequential backend); client
   programs start from their cell's row of the table of edge models
