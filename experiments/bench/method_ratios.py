@@ -1,0 +1,76 @@
+"""Per-round cost of FL methods relative to FedAvg, alternated in one process.
+
+Command:  python experiments/bench/method_ratios.py [--workload W-MLP]
+            [--algorithms fedavg,fiarse,heterofl,pruning_greedy] [--num-clients 0]
+            [--repeats 4] [--rounds 15] [--cpu-devices 2]
+
+Builds every method's federation on the workload (`bench.build_federation`,
+the default path unless `--cpu-devices` says otherwise), compiles each, then
+times `--rounds` rounds of each method in turn, `--repeats` times over. A
+method's number is the median over repeats of its per-repeat median s/round,
+and its ratio is to the first method's (FedAvg): on a shared machine whose
+speed drifts by tens of percent between processes, alternating in one
+process makes the ratio the measured quantity. Also prints process CPU
+seconds per round (both devices' threads), a second, load-insensitive view of
+the work done. `--num-clients` replaces the workload's federation size: HIST
+trains every client each round, so run it with `--num-clients 50` (the
+cohort), FedAvg first on the same federation.
+"""
+import argparse
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het import bench
+from fedjax_het.core import sharding
+
+
+def build(workload: bench.Workload, algorithm: str) -> list:
+  """[step, state, data] of one method: `step(state)` runs one round."""
+  split, _, params, method, runner = bench.build_federation(workload, 'auto', algorithm)
+  data = runner.place(split.train.to_device())
+  state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+  return [lambda s: runner.run(s, data, 1)[0], state]
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--workload', default='W-MLP', choices=sorted(bench.WORKLOADS))
+  parser.add_argument('--algorithms', default='fedavg,fiarse,heterofl,pruning_greedy')
+  parser.add_argument('--num-clients', type=int, default=0)
+  parser.add_argument('--repeats', type=int, default=4)
+  parser.add_argument('--rounds', type=int, default=15)
+  parser.add_argument('--cpu-devices', type=int, default=2)
+  args = parser.parse_args()
+  sharding.set_cpu_device_count(args.cpu_devices)
+  workload = bench.WORKLOADS[args.workload]
+  if args.num_clients:
+    workload = dataclasses.replace(workload, num_clients=args.num_clients)
+  names = args.algorithms.split(',')
+  methods = {name: build(workload, name) for name in names}
+  wall = {name: [] for name in names}
+  cpu = {name: [] for name in names}
+  for _ in range(args.repeats):
+    for name, method in methods.items():
+      step, state = method
+      started = time.process_time()
+      seconds, method[1] = bench._times(step, state, args.rounds)  # pylint: disable=protected-access
+      cpu[name].append((time.process_time() - started) / (args.rounds + 1))
+      wall[name].append(float(np.median(seconds)))
+  print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
+        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds')
+  print('| method | s/round | repeats | x first | CPU s/round | x first |')
+  print('| --- | ---: | --- | ---: | ---: | ---: |')
+  first = names[0]
+  for name in names:
+    median, cpu_median = np.median(wall[name]), np.median(cpu[name])
+    print(f'| {name} | {median:.4f} | {min(wall[name]):.4f}..{max(wall[name]):.4f} | '
+          f'{median / np.median(wall[first]):.2f} | {cpu_median:.4f} | '
+          f'{cpu_median / np.median(cpu[first]):.2f} |')
+
+
+if __name__ == '__main__':
+  main()
