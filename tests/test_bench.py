@@ -1,4 +1,5 @@
 """`fedjax-het bench`: the last output line is the JSON report, and its numbers add up."""
+import importlib.util
 import json
 import os
 
@@ -96,3 +97,32 @@ def test_bench_rejects_streams_across_processes(capsys):
   with pytest.raises(SystemExit):
     bench.parse_args(['--stream', '--processes', '2'])
   assert '--stream runs in one process' in capsys.readouterr().err
+
+
+def load_speed_table():
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      'experiments', 'bench', 'speed_table.py')
+  spec = importlib.util.spec_from_file_location('speed_table', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_speed_table_reports_medians_over_repeats_and_ratios_to_its_fedavg():
+  """Each case's s/round is the median of its repeats' medians, its spread
+  their min..max, its ratio to the FedAvg on its own federation (HIST's:
+  FedAvg on one cohort); W-PFL has no streamed case, peers only if asked."""
+  speed_table = load_speed_table()
+  table = speed_table.cases('W-MLP', 20, 50, ['drjax'])
+  assert table['hist'][1] == 'fedavg@cohort' and table['fiarse'][1] == 'fedavg'
+  assert '--processes' in table['fedavg, 2 processes'][0]
+  assert 'DrJAX' in table and 'PyTorch loop' not in table
+  assert 'fedavg, streamed' not in speed_table.cases('W-PFL', 3, 50, [])
+  run = lambda *seconds: [{'s_per_round_median': s, 'examples_per_s': 500 / s}
+                          for s in seconds]
+  results = {'fedavg': run(0.3, 0.1, 0.2), 'fiarse': run(0.5, 0.3, 0.4),
+             'fedavg@cohort': run(0.2, 0.2, 0.2), 'hist': run(0.1, 0.5, 0.3)}
+  rows = speed_table.table_rows(results, table)
+  assert rows[2] == '| fedavg | 0.2000 | 0.1000..0.3000 | 1.00 | 2,500 |'
+  assert rows[3] == '| fiarse | 0.4000 | 0.3000..0.5000 | 2.00 | 1,250 |'
+  assert rows[5] == '| hist | 0.3000 | 0.1000..0.5000 | 1.50 | 1,667 |'
