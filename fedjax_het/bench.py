@@ -165,7 +165,7 @@ def _config(workload: Workload, backend: str, algorithm: str, client_devices: in
       num_train=workload.num_clients * workload.examples_per_client,
       num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
   config.model_options = dict(workload.model_options)
-  if HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups:
+  if trains_every_client(algorithm):
     config.hierarchy.edge_rounds = 1
   if algorithms.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
@@ -186,14 +186,37 @@ def build_federation(workload: Workload, backend: str = 'auto',
   return split, model, params, method, run.make_runner(config, method)
 
 
+def initial_state(method, runner, params):
+  """The runner's first state: `method.init` of a copy of `params` with key
+  PRNGKey(1), placed (the runner donates its state; `params` stays usable)."""
+  return runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+
+
+def round_timings(workload: Workload, seconds: list[float]) -> dict:
+  """The report's federation sizes and the s/round of timed rounds `seconds`:
+  median, min, max, and examples/s = cohort · steps · batch / median."""
+  median = float(np.median(seconds))
+  examples = workload.cohort * workload.local_steps * workload.batch_size
+  return {'num_clients': workload.num_clients, 'cohort': workload.cohort,
+          'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
+          'rounds_timed': len(seconds),
+          's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
+          's_per_round_max': float(np.max(seconds)),
+          'examples_per_s': examples / median}
+
+
+def trains_every_client(algorithm: str) -> bool:
+  """Whether the method's rounds train every client (the hierarchical ones)."""
+  return HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups
+
+
 def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,
                     client_devices: int) -> tuple[dict, Any, Any]:
   """Times `rounds` rounds of the workload; returns timings, model and initial params."""
   split, model, params, method, runner = build_federation(
       workload, backend, algorithm, client_devices)
   data = runner.place(split.train.to_device())
-  # The runner donates the state: initialise it from a copy, `params` is returned.
-  state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+  state = initial_state(method, runner, params)
   seconds, _ = _times(lambda s: runner.run(s, data, 1)[0], state, rounds)
   return {'backend': runner.backend,
           'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
@@ -261,7 +284,7 @@ def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int
     method = algorithms.create_algorithm(algorithm, config, model, data)
     runner = run.make_runner(config, method)
     stream = CohortStream(runner, data)
-    state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
+    state = initial_state(method, runner, params)
     anon = []
 
     def step(s):
@@ -313,8 +336,7 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
     workload = dataclasses.replace(
         workload, model_options={**workload.model_options, 'conv_impl': conv_impl})
   algorithm = algorithm or workload.algorithm
-  if (HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups
-      and 'num_clients' not in overrides):
+  if trains_every_client(algorithm) and 'num_clients' not in overrides:
     workload = dataclasses.replace(workload, num_clients=workload.cohort)
   if stream:
     timed, model, params = streamed_round(workload, backend, algorithm, rounds,
@@ -328,22 +350,15 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   machine = measure_machine()
   # Process 0 measures on its share of the cores: the round has them all.
   machine['matmul_flops_per_s'] *= jax.process_count()
-  seconds = timed.pop('seconds')
-  median = float(np.median(seconds))
-  examples = workload.cohort * workload.local_steps * workload.batch_size
+  timings = round_timings(workload, timed.pop('seconds'))
+  median = timings['s_per_round_median']
   roofline_s = limit['round_flops'] / machine['matmul_flops_per_s']
   memory, memory_source = peak_memory()
   return {
       'workload': workload_name, 'algorithm': algorithm, **timed,
       'conv_impl': workload.model_options.get('conv_impl', 'auto'),
       'platform': jax.default_backend(), 'device_kind': jax.local_devices()[0].device_kind,
-      'processes': jax.process_count(),
-      'num_clients': workload.num_clients, 'cohort': workload.cohort,
-      'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
-      'rounds_timed': len(seconds),
-      's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
-      's_per_round_max': float(np.max(seconds)),
-      'examples_per_s': examples / median,
+      'processes': jax.process_count(), **timings,
       'centralized_s': limit['centralized_s'],
       'centralized_ratio': median / limit['centralized_s'],
       'round_flops': limit['round_flops'],

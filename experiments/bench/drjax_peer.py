@@ -40,7 +40,6 @@ import logging
 import drjax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from fedjax_het import bench
@@ -106,12 +105,9 @@ def check_against_fedjax_het(method, runner, round_fn, params, data) -> dict:
   round, same samplers), so the parameters agree up to float rounding (the
   order of the sums over clients and devices).
   """
-  def fresh_state():  # both rounds donate their state
-    return runner.place(method.init(jax.tree.map(jnp.copy, params),
-                                    jax.random.PRNGKey(1)))
-
-  ours, _ = runner.run(fresh_state(), data, 1)
-  peer = round_fn(fresh_state(), data)
+  # Both rounds donate their state.
+  ours, _ = runner.run(bench.initial_state(method, runner, params), data, 1)
+  peer = round_fn(bench.initial_state(method, runner, params), data)
   scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(ours.params))
   moved = max_abs_difference(ours.params, params)
   diff = max_abs_difference(ours.params, peer.params)
@@ -135,23 +131,15 @@ def peer_benchmark(workload_name: str, rounds: int = 10, client_devices: int = 0
   mesh = runner.mesh  # the cohort's mesh of `fedjax-het bench`, or None
   data = runner.place(split.train.to_device())
   round_fn = make_round(method, model, data, mesh)
-  state = runner.place(method.init(jax.tree.map(jnp.copy, params),
-                                   jax.random.PRNGKey(1)))
+  state = bench.initial_state(method, runner, params)
   seconds, _ = bench._times(lambda s: round_fn(s, data), state, rounds)  # pylint: disable=protected-access
-  median = float(np.median(seconds))
-  examples = workload.cohort * workload.local_steps * workload.batch_size
   result = {
       'workload': workload_name, 'peer': 'drjax', 'algorithm': 'fedavg',
       'drjax_version': drjax.__version__, 'jax_version': jax.__version__,
       'map_fn': 'vmap, clients axis sharded' if mesh is not None else 'vmap',
       'devices': 1 if mesh is None else int(mesh.devices.size),
-      'platform': jax.default_backend(),
-      'num_clients': workload.num_clients, 'cohort': workload.cohort,
-      'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
-      'rounds_timed': len(seconds), 'seconds': seconds,
-      's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
-      's_per_round_max': float(np.max(seconds)),
-      'examples_per_s': examples / median,
+      'platform': jax.default_backend(), 'seconds': seconds,
+      **bench.round_timings(workload, seconds),
   }
   if check:
     result['check'] = check_against_fedjax_het(method, runner, round_fn,

@@ -21,7 +21,6 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fedjax_het import bench
@@ -32,8 +31,7 @@ def build(workload: bench.Workload, algorithm: str) -> list:
   """[step, state, data] of one method: `step(state)` runs one round."""
   split, _, params, method, runner = bench.build_federation(workload, 'auto', algorithm)
   data = runner.place(split.train.to_device())
-  state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
-  return [lambda s: runner.run(s, data, 1)[0], state]
+  return [lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)]
 
 
 def main():

@@ -251,8 +251,7 @@ def check_against_fedjax_het(workload, method, runner, params, data, x, y,
   loop = TorchFedAvg(workload, method, params)
   loop.run_round(x, y, client_ids, rows)
   data = runner.place(data.to_device())
-  state = runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
-  ours, _ = runner.run(state, data, 1)
+  ours, _ = runner.run(bench.initial_state(method, runner, params), data, 1)
   expected = torch_params(jax.device_get(ours.params), loop.model)
   return max(float((loop.state_dict()[name] - tensor).abs().max())
              for name, tensor in expected.items())
@@ -279,17 +278,10 @@ def peer_benchmark(workload_name: str, rounds: int = 10, threads: int = 0,
     tic = time.perf_counter()
     loop.run_round(x, y, client_ids[r], rows[r])
     seconds.append(time.perf_counter() - tic)
-  median = float(np.median(seconds))
-  examples = workload.cohort * workload.local_steps * workload.batch_size
   result = {
       'workload': workload_name, 'peer': 'pytorch-loop', 'algorithm': 'fedavg',
       'torch_version': torch.__version__, 'threads': torch.get_num_threads(),
-      'num_clients': workload.num_clients, 'cohort': workload.cohort,
-      'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
-      'rounds_timed': len(seconds), 'seconds': seconds,
-      's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
-      's_per_round_max': float(np.max(seconds)),
-      'examples_per_s': examples / median,
+      'seconds': seconds, **bench.round_timings(workload, seconds),
   }
   if check:
     result['max_abs_diff_vs_fedjax_het'] = check_against_fedjax_het(
