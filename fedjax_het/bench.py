@@ -123,8 +123,14 @@ def _cost(jitted, *args) -> tuple[float, float]:
   return float(analysis.get('flops', 0.0)), float(analysis.get('bytes accessed', 0.0))
 
 
-def centralized(workload: Workload, model, params, rounds: int) -> dict:
-  """The round's minibatches as one model's jitted SGD steps, and their cost."""
+def centralized_program(workload: Workload, model, params,
+                        compiler_options: dict | None = None) -> tuple[Callable, float, float]:
+  """The round's cohort × steps minibatches as one model's jitted SGD steps in one `lax.scan`.
+
+  Returns the compiled `run(params) -> params` (compiled with XLA `compiler_options`, e.g.
+  {'xla_cpu_experimental_ynn_fusion_type': ...}; None: the defaults) and the FLOPs and bytes
+  accessed of one minibatch step by XLA's cost analysis.
+  """
   steps = workload.cohort * workload.local_steps
   key_x, key_y = jax.random.split(jax.random.PRNGKey(2))
   xs = jax.random.normal(key_x, (steps, workload.batch_size, *workload.shape))
@@ -139,7 +145,15 @@ def centralized(workload: Workload, model, params, rounds: int) -> dict:
 
   flops, bytes_accessed = _cost(jax.jit(lambda p, b: sgd(p, b)[0]), params, (xs[0], ys[0]))
   run_all = jax.jit(lambda p: jax.lax.scan(sgd, p, (xs, ys))[0])
+  return (run_all.lower(params).compile(compiler_options=compiler_options), flops,
+          bytes_accessed)
+
+
+def centralized(workload: Workload, model, params, rounds: int) -> dict:
+  """The centralised limit: best of up to 5 runs of `centralized_program`, and its cost."""
+  run_all, flops, bytes_accessed = centralized_program(workload, model, params)
   seconds, _ = _times(run_all, params, max(1, min(rounds, 5)))
+  steps = workload.cohort * workload.local_steps
   return {'centralized_s': min(seconds), 'round_flops': flops * steps,
           'round_bytes_accessed': bytes_accessed * steps}
 

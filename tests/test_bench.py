@@ -99,10 +99,16 @@ def test_bench_rejects_streams_across_processes(capsys):
   assert '--stream runs in one process' in capsys.readouterr().err
 
 
-def load_speed_table():
-  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      'experiments', 'bench', 'speed_table.py')
-  spec = importlib.util.spec_from_file_location('speed_table', path)
+BENCH_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             'experiments', 'bench')
+
+
+def load_script(name, monkeypatch=None):
+  """experiments/bench/<name>.py as a module (its sibling imports resolved when
+  `monkeypatch` puts the folder on sys.path)."""
+  if monkeypatch is not None:
+    monkeypatch.syspath_prepend(BENCH_SCRIPTS)
+  spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH_SCRIPTS, f'{name}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -112,7 +118,7 @@ def test_speed_table_reports_medians_over_repeats_and_ratios_to_its_fedavg():
   """Each case's s/round is the median of its repeats' medians, its spread
   their min..max, its ratio to the FedAvg on its own federation (HIST's:
   FedAvg on one cohort); W-PFL has no streamed case, peers only if asked."""
-  speed_table = load_speed_table()
+  speed_table = load_script('speed_table')
   table = speed_table.cases('W-MLP', 20, 50, ['drjax'])
   assert table['hist'][1] == 'fedavg@cohort' and table['fiarse'][1] == 'fedavg'
   assert '--processes' in table['fedavg, 2 processes'][0]
@@ -126,3 +132,34 @@ def test_speed_table_reports_medians_over_repeats_and_ratios_to_its_fedavg():
   assert rows[2] == '| fedavg | 0.2000 | 0.1000..0.3000 | 1.00 | 2,500 |'
   assert rows[3] == '| fiarse | 0.4000 | 0.3000..0.5000 | 2.00 | 1,250 |'
   assert rows[5] == '| hist | 0.3000 | 0.1000..0.5000 | 1.50 | 1,667 |'
+
+
+def test_alternation_times_variants_in_turns_and_threads_their_states():
+  """Each repeat runs every variant's turn (a warm-up and `calls` timed calls)
+  in order; a variant's state carries over between its turns; the table gives
+  medians over repeats and ratios to the first variant."""
+  alternation = load_script('alternation')
+  calls = []
+
+  def step(name):
+    def run(state):
+      calls.append((name, state))
+      return state + 1
+    return run
+
+  wall, cpu = alternation.alternate({'a': (step('a'), 0), 'b': (step('b'), 10)},
+                                    repeats=2, calls=1)
+  assert calls == [('a', 0), ('a', 1), ('b', 10), ('b', 11),
+                   ('a', 2), ('a', 3), ('b', 12), ('b', 13)]
+  assert [len(wall['a']), len(cpu['b'])] == [2, 2]
+  rows = alternation.ratio_rows({'a': [0.2, 0.4], 'b': [0.6, 0.6]},
+                                {'a': [1.0, 1.0], 'b': [3.0, 1.0]}, 'method')
+  assert rows[0].startswith('| method |')
+  assert rows[2] == '| a | 0.3000 | 0.2000..0.4000 | 1.00 | 1.0000 | 1.00 |'
+  assert rows[3] == '| b | 0.6000 | 0.6000..0.6000 | 2.00 | 2.0000 | 2.00 |'
+
+
+def test_cpu_lowering_rejects_an_unknown_library(monkeypatch):
+  cpu_lowering = load_script('cpu_lowering', monkeypatch)
+  with pytest.raises(ValueError, match='unknown library .mkl.'):
+    cpu_lowering.build(bench.WORKLOADS['W-PFL'], 'im2col+mkl')

@@ -18,20 +18,19 @@ cohort), FedAvg first on the same federation.
 """
 import argparse
 import dataclasses
-import time
 
+import alternation
 import jax
-import numpy as np
 
 from fedjax_het import bench
 from fedjax_het.core import sharding
 
 
-def build(workload: bench.Workload, algorithm: str) -> list:
-  """[step, state, data] of one method: `step(state)` runs one round."""
+def build(workload: bench.Workload, algorithm: str) -> tuple:
+  """(step, state) of one method: `step(state)` runs one round."""
   split, _, params, method, runner = bench.build_federation(workload, 'auto', algorithm)
   data = runner.place(split.train.to_device())
-  return [lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)]
+  return lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)
 
 
 def main():
@@ -48,26 +47,12 @@ def main():
   if args.num_clients:
     workload = dataclasses.replace(workload, num_clients=args.num_clients)
   names = args.algorithms.split(',')
-  methods = {name: build(workload, name) for name in names}
-  wall = {name: [] for name in names}
-  cpu = {name: [] for name in names}
-  for _ in range(args.repeats):
-    for name, method in methods.items():
-      step, state = method
-      started = time.process_time()
-      seconds, method[1] = bench._times(step, state, args.rounds)  # pylint: disable=protected-access
-      cpu[name].append((time.process_time() - started) / (args.rounds + 1))
-      wall[name].append(float(np.median(seconds)))
+  wall, cpu = alternation.alternate({name: build(workload, name) for name in names},
+                                    args.repeats, args.rounds)
   print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
-        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds')
-  print('| method | s/round | repeats | x first | CPU s/round | x first |')
-  print('| --- | ---: | --- | ---: | ---: | ---: |')
-  first = names[0]
-  for name in names:
-    median, cpu_median = np.median(wall[name]), np.median(cpu[name])
-    print(f'| {name} | {median:.4f} | {min(wall[name]):.4f}..{max(wall[name]):.4f} | '
-          f'{median / np.median(wall[first]):.2f} | {cpu_median:.4f} | '
-          f'{cpu_median / np.median(cpu[first]):.2f} |')
+        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
+        '(s: per round)')
+  print('\n'.join(alternation.ratio_rows(wall, cpu, 'method')))
 
 
 if __name__ == '__main__':

@@ -1,0 +1,48 @@
+"""Timing variants alternated in one process, and their table relative to the first.
+
+On a shared machine whose speed drifts by tens of percent between processes, the
+ratio of two variants timed in turns in one process is the measured quantity
+(`method_ratios.py`, `cpu_lowering.py`).
+"""
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from fedjax_het import bench
+
+
+def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: int,
+              calls: int) -> tuple[dict, dict]:
+  """Times each variant's `state = step(state)` in turn, `repeats` times over.
+
+  `variants` maps a name to (step, initial state). Each turn is one warm-up call
+  and `calls` timed calls (`bench._times`). Returns ({name: [median wall s per
+  call, one per repeat]}, {name: [process CPU s per call, warm-up included, one
+  per repeat]}): CPU seconds count every thread's work, a view that is
+  insensitive to waiting on a loaded machine.
+  """
+  states = {name: state for name, (_, state) in variants.items()}
+  wall = {name: [] for name in variants}
+  cpu = {name: [] for name in variants}
+  for _ in range(repeats):
+    for name, (step, _) in variants.items():
+      started = time.process_time()
+      seconds, states[name] = bench._times(step, states[name], calls)  # pylint: disable=protected-access
+      cpu[name].append((time.process_time() - started) / (calls + 1))
+      wall[name].append(float(np.median(seconds)))
+  return wall, cpu
+
+
+def ratio_rows(wall: dict, cpu: dict, label: str = 'variant') -> list[str]:
+  """A markdown table: per variant the median over repeats of its wall s and CPU s,
+  the repeats' min..max, and both medians as × the first variant's."""
+  first = next(iter(wall))
+  rows = [f'| {label} | s | repeats | × first | CPU s | × first |',
+          '| --- | ---: | --- | ---: | ---: | ---: |']
+  for name in wall:
+    median, cpu_median = np.median(wall[name]), np.median(cpu[name])
+    rows.append(f'| {name} | {median:.4f} | {min(wall[name]):.4f}..{max(wall[name]):.4f} | '
+                f'{median / np.median(wall[first]):.2f} | {cpu_median:.4f} | '
+                f'{cpu_median / np.median(cpu[first]):.2f} |')
+  return rows
