@@ -23,7 +23,6 @@ after '+': `eigen` turns YNNPACK's dot fusions off (XLA's own/Eigen dots),
 YNNPACK for single dots.
 """
 import argparse
-import dataclasses
 
 import alternation
 import jax
