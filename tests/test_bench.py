@@ -1,11 +1,11 @@
 """`fedjax-het bench`: the last output line is the JSON report, and its numbers add up."""
-import importlib.util
 import json
 import os
 
 import pytest
 
 from fedjax_het import bench, cli
+from script_utils import load_script
 
 KEYS = ('workload', 'backend', 's_per_round_median', 's_per_round_min',
         's_per_round_max', 'examples_per_s', 'centralized_s', 'roofline_s',
@@ -99,26 +99,16 @@ def test_bench_rejects_streams_across_processes(capsys):
   assert '--stream runs in one process' in capsys.readouterr().err
 
 
-BENCH_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             'experiments', 'bench')
-
-
-def load_script(name, monkeypatch=None):
-  """experiments/bench/<name>.py as a module (its sibling imports resolved when
-  `monkeypatch` puts the folder on sys.path)."""
-  if monkeypatch is not None:
-    monkeypatch.syspath_prepend(BENCH_SCRIPTS)
-  spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH_SCRIPTS, f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+def bench_script(name, monkeypatch=None):
+  """experiments/bench/<name>.py as a module (`script_utils.load_script`)."""
+  return load_script(os.path.join('experiments', 'bench', f'{name}.py'), monkeypatch)
 
 
 def test_speed_table_reports_medians_over_repeats_and_ratios_to_its_fedavg():
   """Each case's s/round is the median of its repeats' medians, its spread
   their min..max, its ratio to the FedAvg on its own federation (HIST's:
   FedAvg on one cohort); W-PFL has no streamed case, peers only if asked."""
-  speed_table = load_script('speed_table')
+  speed_table = bench_script('speed_table')
   table = speed_table.cases('W-MLP', 20, 50, ['drjax'])
   assert table['hist'][1] == 'fedavg@cohort' and table['fiarse'][1] == 'fedavg'
   assert '--processes' in table['fedavg, 2 processes'][0]
@@ -138,7 +128,7 @@ def test_alternation_times_variants_in_turns_and_threads_their_states():
   """Each repeat runs every variant's turn (a warm-up and `calls` timed calls)
   in order; a variant's state carries over between its turns; the table gives
   medians over repeats and ratios to the first variant."""
-  alternation = load_script('alternation')
+  alternation = bench_script('alternation')
   calls = []
 
   def step(name):
@@ -160,6 +150,6 @@ def test_alternation_times_variants_in_turns_and_threads_their_states():
 
 
 def test_cpu_lowering_rejects_an_unknown_library(monkeypatch):
-  cpu_lowering = load_script('cpu_lowering', monkeypatch)
+  cpu_lowering = bench_script('cpu_lowering', monkeypatch)
   with pytest.raises(ValueError, match='unknown library .mkl.'):
     cpu_lowering.build(bench.WORKLOADS['W-PFL'], 'im2col+mkl')

@@ -2,23 +2,19 @@
 
 Skipped unless the optional `drjax` is installed (`pip install fedjax_het[peers]`).
 """
-import importlib.util
-import pathlib
+import os
 
 import pytest
 
 from fedjax_het import bench
+from script_utils import load_script
 
 pytest.importorskip('drjax')
 
-SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench' / 'drjax_peer.py'
 
 
 def _peer():
-  spec = importlib.util.spec_from_file_location('drjax_peer', SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script(os.path.join('experiments', 'bench', 'drjax_peer.py'))
 
 
 def test_a_drjax_round_equals_a_fedjax_het_fedavg_round():

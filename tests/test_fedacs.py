@@ -3,7 +3,6 @@
 Expected values are the paper's formulas, written out
 here independently of the methods' own `expected_weights`.
 """
-import importlib.util
 import json
 import os
 import sys
@@ -22,8 +21,8 @@ from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
 from fedjax_het.systems import local_work
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
+from script_utils import REPO, load_script
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The toy quadratic lives with its experiment (it builds on the algorithms).
 sys.path.insert(0, os.path.join(REPO, 'experiments', 'fedacs'))
 import quadratic_toy as quadratic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -474,16 +473,12 @@ def test_bad_input_through_the_command_line(tmp_path, capsys):
                          'in [0, 1], got 1.5.')
 
 
-def load_script(name):
-  path = os.path.join(REPO, 'experiments', 'fedacs', name)
-  spec = importlib.util.spec_from_file_location(name[:-3], path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+def fedacs_script(name):
+  return load_script(os.path.join('experiments', 'fedacs', name))
 
 
 def test_quadratic_script_writes_the_summary(tmp_path, capsys):
-  script = load_script('quadratic.py')
+  script = fedacs_script('quadratic.py')
   assert script.main([f'--workdir={tmp_path}', '--config.rounds=200',
                       "--config.methods=('fedacs',)"]) == 0
   with open(tmp_path / 'summary.json') as f:
@@ -499,7 +494,7 @@ def test_quadratic_script_writes_the_summary(tmp_path, capsys):
 
 
 def test_compare_script_prints_the_table_and_plots(tmp_path, capsys):
-  script = load_script('compare.py')
+  script = fedacs_script('compare.py')
   argv = ['--config', os.path.join(REPO, 'experiments', 'fedacs',
                                    'digits_table1.py'),
           f'--workdir={tmp_path}', '--methods', 'fedacs', '--seeds=0',
@@ -598,14 +593,14 @@ def test_toy_figure_configs_are_the_papers_settings():
   solvers = {'SGD': {}, 'proximal SGD μ = 1': {'prox_mu': 1.0},
              'decayed-lr SGD d = 0.005': {'lr_decay': 0.005},
              'momentum SGD 0.3': {'momentum': 0.3}}
-  fig4 = load_script('fig4.py').get_configs()
+  fig4 = fedacs_script('fig4.py').get_configs()
   assert set(fig4) == {f'{s}, {v}' for s in ('left', 'middle', 'right')
                        for v in solvers}
   # setting → (most local steps, smallest and largest q of any client)
   systems = {'left': (15, 0.2, 0.2), 'middle': (30, 0.01, 0.3),
              'right': (30, 0.0, 0.4), 'static': (39, 0.02, 0.4),
              'dynamic': (30, 0.0, 0.5)}
-  fig7 = load_script('fig7.py').get_configs()
+  fig7 = fedacs_script('fig7.py').get_configs()
   assert set(fig7) == {'static', 'dynamic'}
   for label, config in {**fig4, **fig7}.items():
     setting, _, solver = label.partition(', ')
@@ -628,7 +623,7 @@ def test_toy_figure_configs_are_the_papers_settings():
 
 
 def test_quadratic_script_runs_a_figure_config(tmp_path):
-  script = load_script('quadratic.py')
+  script = fedacs_script('quadratic.py')
   assert script.main(['--config', os.path.join(REPO, 'experiments', 'fedacs',
                                                 'fig7.py'),
                       f'--workdir={tmp_path}', '--config.rounds=4',

@@ -1,7 +1,6 @@
 """Everyday reliability: one run per workdir, damaged files, one-line errors,
 honest progress and wall time, metric writers."""
 import errno
-import importlib.util
 import json
 import os
 import struct
@@ -17,9 +16,8 @@ from fedjax_het import cli, plots, run, workdir as workdir_lib
 from fedjax_het.checkpoint import CheckpointError
 from fedjax_het.config import ConfigError
 from fedjax_het.workdir import WorkdirError
+from script_utils import REPO, load_script
 from test_run import QUICK, QUICKSTART, quick_config, read_rows
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one_line_error(capsys, code, expected_code=None):
@@ -136,15 +134,6 @@ def test_a_full_disk_stops_in_one_line_and_keeps_the_checkpoint(
   assert [r['round'] for r in read_rows(workdir)] == [2, 4]
 
 
-def _load_script(path, monkeypatch):
-  """The script as `python path` imports it: its directory first on sys.path."""
-  monkeypatch.syspath_prepend(os.path.dirname(path))
-  spec = importlib.util.spec_from_file_location('script', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 @pytest.mark.parametrize('case', [
     'workdir_is_a_file', 'workdir_under_a_file', 'get_config_returns_a_dict',
     'bench_unknown_algorithm', 'bench_empty_cohort'])
@@ -167,7 +156,7 @@ def test_former_tracebacks_exit_with_one_line(tmp_path, capsys, case):
 
 
 def test_the_quadratic_names_the_methods_it_takes(capsys, monkeypatch):
-  script = _load_script(os.path.join(REPO, 'experiments', 'fedacs',
+  script = load_script(os.path.join(REPO, 'experiments', 'fedacs',
                                      'quadratic.py'), monkeypatch)
   err = one_line_error(capsys, script.main(["--config.methods=('fedavg',)"]), 2)
   assert "got ('fedavg',)" in err and 'fedacs, fedavg_het' in err
