@@ -104,15 +104,21 @@ def _times(step: Callable[[Any], Any], state, rounds: int) -> tuple[list, Any]:
   return seconds, state
 
 
-def measure_machine() -> dict:
-  """Best-of-5 f32 matmul FLOP/s and copy bandwidth (bytes read + written) of the default device."""
+def matmul_case() -> tuple[Callable, jax.Array, float]:
+  """The matmul that measures a device's FLOP/s: (jitted x @ x, a random n×n f32
+  matrix, the FLOPs of one call); n = 2048 on CPU, 8192 on accelerators."""
   n = 2048 if jax.default_backend() == 'cpu' else 8192
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  matmul = jax.jit(lambda x: x @ x)
+  return jax.jit(lambda x: x @ x), a, 2 * n**3
+
+
+def measure_machine() -> dict:
+  """Best-of-5 f32 matmul FLOP/s and copy bandwidth (bytes read + written) of the default device."""
+  matmul, a, matmul_flops = matmul_case()
   matmul_s = min(_times(matmul, a, 5)[0])
   x = jnp.zeros((1 << 26,), jnp.float32)  # 256 MiB
   copy_s = min(_times(jax.jit(lambda v: v + 1.0), x, 5)[0])
-  return {'matmul_flops_per_s': 2 * n**3 / matmul_s,
+  return {'matmul_flops_per_s': matmul_flops / matmul_s,
           'copy_bytes_per_s': 2 * x.nbytes / copy_s}
 
 

@@ -11,8 +11,9 @@ so the fraction the limit itself reaches is the ceiling of the round's, set by
 how XLA:CPU lowers the model. This script compiles that centralised program under
 the variants below and times them alternated in one process
 (`alternation.alternate`), printing s per run, GFLOP/s, the roofline fraction
-(FLOPs by XLA's cost analysis over the FLOP/s of a 2048² f32 matmul, alternated
-with the variants as one more row, so that both see the same machine) and the
+(FLOPs by XLA's cost analysis over the FLOP/s of `bench.matmul_case`, the
+matmul of `fedjax-het bench`, alternated with the variants as one more row, so
+that both see the same machine) and the
 largest parameter difference from the first variant.
 
 Variants: a convolution lowering (`im2col`: patches + one matmul, the CPU
@@ -32,8 +33,6 @@ import numpy as np
 from fedjax_het import bench, models
 
 YNN_FUSIONS = 'xla_cpu_experimental_ynn_fusion_type'
-MATMUL_SIZE = 2048
-MATMUL = f'f32 matmul {MATMUL_SIZE}²'
 LIBRARIES = {
     '': None,
     'eigen': {YNN_FUSIONS: ''},  # an empty list: no YNNPACK fusions
@@ -67,12 +66,11 @@ def main():
   built = {variant: build(workload, variant) for variant in args.variants.split(',')}
   final = {name: jax.block_until_ready(run(params)) for name, (run, params, _) in built.items()}
   steps = {name: (run, params) for name, (run, params, _) in built.items()}
-  n = MATMUL_SIZE
-  matrix = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  matmul = jax.jit(lambda x: x @ x)
-  steps[MATMUL] = (lambda _: matmul(matrix), matrix)
+  matmul, matrix, matmul_flops = bench.matmul_case()
+  matmul_row = f'f32 matmul {matrix.shape[0]}²'
+  steps[matmul_row] = (lambda _: matmul(matrix), matrix)
   wall, cpu = alternation.alternate(steps, args.repeats, args.calls)
-  flops_per_s = 2 * n**3 / np.median(wall[MATMUL])
+  flops_per_s = matmul_flops / np.median(wall[matmul_row])
   print(f'{args.workload} centralised step on {jax.default_backend()}: {args.repeats} repeats x '
         f'{args.calls} runs of {workload.cohort * workload.local_steps} minibatch steps')
   print('\n'.join(alternation.ratio_rows(wall, cpu)))
