@@ -449,12 +449,11 @@ def launch_processes(argv: list[str], processes: int, cpu_devices: int) -> int:
   cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else []
   shares = (np.array_split(cores, processes) if len(cores) >= processes
             else [None] * processes)
-  flags = f'--xla_force_host_platform_device_count={cpu_devices or 1}'
   children = []
   for index, share in enumerate(shares):
     env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': f'localhost:{port}',
-           'JAX_NUM_PROCESSES': str(processes), 'JAX_PROCESS_ID': str(index),
-           'XLA_FLAGS': f'{os.environ.get("XLA_FLAGS", "")} {flags}'.strip()}
+           'JAX_NUM_PROCESSES': str(processes), 'JAX_PROCESS_ID': str(index)}
+    sharding.set_cpu_device_count(cpu_devices or 1, env)
     pin = [] if share is None else ['--pin-cpus', ','.join(str(c) for c in share)]
     children.append(subprocess.Popen(
         [sys.executable, '-m', 'fedjax_het', 'bench', *argv, '--distributed', *pin],

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedjax_het import cli, run
+from fedjax_het.core import sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, 'experiments', 'quickstart.py')
@@ -33,8 +34,8 @@ def two_processes(workdir: str, rounds: int, extra=()) -> None:
   for i in range(2):
     env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': f'localhost:{port}',
            'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(i),
-           'JAX_PLATFORMS': 'cpu',
-           'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+           'JAX_PLATFORMS': 'cpu'}
+    sharding.set_cpu_device_count(1, env)
     procs.append(subprocess.Popen(
         [sys.executable, '-m', 'fedjax_het', '--distributed', '--config',
          QUICKSTART, '--workdir', workdir, f'--config.rounds={rounds}',

@@ -4,11 +4,8 @@ Four CPU devices are emulated in a subprocess
 (`--xla_force_host_platform_device_count=4` must be set before JAX starts);
 the rest runs in-process on the single CPU device.
 """
-import fcntl
-import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import jax
@@ -21,31 +18,18 @@ from fedjax_het.config import ConfigError, validate
 from fedjax_het.core import backends, sharding
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_fedavg
+from script_utils import child_report
 
 SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
 
 
 @pytest.fixture(scope='session')
 def four_device_report(tmp_path_factory, worker_id):
-  """The subprocess's JSON report, computed once per test session: xdist
-  workers share it through a file under the session's base temp directory
-  (the first worker runs the subprocess while holding a lock)."""
-  base = tmp_path_factory.getbasetemp()
-  shared = base if worker_id == 'master' else base.parent
-  report = shared / 'four_device_report.json'
-  with open(shared / 'four_device_report.lock', 'w') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if not report.exists():
-      env = dict(os.environ,
-                 XLA_FLAGS='--xla_force_host_platform_device_count=4',
-                 JAX_PLATFORMS='cpu')
-      result = subprocess.run(
-          [sys.executable, str(SCRIPT), str(shared / 'four_device_runs')],
-          env=env, capture_output=True, text=True, timeout=900,
-          cwd=SCRIPT.parent)
-      assert result.returncode == 0, result.stderr[-3000:]
-      report.write_text(result.stdout.strip().splitlines()[-1])
-  return json.loads(report.read_text())
+  """The subprocess's JSON report, computed once per test session."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  sharding.set_cpu_device_count(4, env)
+  return child_report(tmp_path_factory, worker_id, 'four_device_report',
+                      [sys.executable, str(SCRIPT)], env)
 
 
 def test_four_devices_are_emulated(four_device_report):

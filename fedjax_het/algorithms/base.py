@@ -179,6 +179,16 @@ class FederatedAlgorithm:
 
   # ---- state ---------------------------------------------------------------
   def init(self, params: PyTree, key: jax.Array) -> ServerState:
+    """The round-0 server state: `initial_state` compiled as one program (op by
+    op, its many small ops would each compile on their own)."""
+    return self._compiled_initial_state(params, key)
+
+  @functools.cached_property
+  def _compiled_initial_state(self):
+    return jax.jit(self.initial_state)
+
+  def initial_state(self, params: PyTree, key: jax.Array) -> ServerState:
+    """The round-0 server state from the initial `params` (traced: pure jax)."""
     return ServerState(
         params=params,
         opt_state=self.server_optimizer().init(params),

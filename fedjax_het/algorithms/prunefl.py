@@ -219,9 +219,9 @@ class PruneFL(Cos2p):
                 ).items()},
             'importance': zeros, 'score': self.magnitude_score(params)}
 
-  def init(self, params, key) -> ServerState:
+  def initial_state(self, params, key) -> ServerState:
     """With `init_steps`: initial pruning on client 0 (module docstring)."""
-    state = super().init(params, key)
+    state = super().initial_state(params, key)
     steps = self.prunefl.init_steps
     if not steps:
       return state

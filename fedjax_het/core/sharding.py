@@ -31,14 +31,17 @@ CLIENT_AXIS = 'clients'
 _CPU_DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
 
 
-def set_cpu_device_count(count: int) -> None:
+def set_cpu_device_count(count: int, environ=None) -> None:
   """Makes XLA split the CPU into `count` devices (replacing any count in XLA_FLAGS).
 
   XLA reads the flag when JAX creates its CPU client, on first use of a
-  device (imports do not): call this before anything touches devices.
+  device (imports do not): call this before anything touches devices. With
+  `environ` (a child process's environment) the flag is set there instead of
+  in this process's; its other XLA flags are kept either way.
   """
-  flags = re.sub(_CPU_DEVICE_COUNT_FLAG + r'=\d+', '', os.environ.get('XLA_FLAGS', ''))
-  os.environ['XLA_FLAGS'] = f'{flags.strip()} {_CPU_DEVICE_COUNT_FLAG}={count}'.strip()
+  environ = os.environ if environ is None else environ
+  flags = re.sub(_CPU_DEVICE_COUNT_FLAG + r'=\d+', '', environ.get('XLA_FLAGS', ''))
+  environ['XLA_FLAGS'] = f'{flags.strip()} {_CPU_DEVICE_COUNT_FLAG}={count}'.strip()
 
 
 def initialize_distributed() -> None:

@@ -1,6 +1,7 @@
 """Model registry, parameter initialisation and the maskability rule."""
 
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -68,9 +69,15 @@ def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) ->
   """The `params` collection of `model` for inputs of shape `input_shape` (no batch axis).
 
   Apply with `model.apply({'params': params}, x, train=...)`; no model has other collections.
+  The initialisation is one compiled program per (model, input shape): run op by op, its many
+  small random and reshaping ops would each compile on their own; the values are the same.
   """
-  variables = model.init(key, jnp.zeros((1, *input_shape), jnp.float32))
-  return variables['params']
+  return _compiled_init(model, key, tuple(input_shape))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _compiled_init(model: nn.Module, key: jax.Array, input_shape: tuple) -> dict:
+  return model.init(key, jnp.zeros((1, *input_shape), jnp.float32))['params']
 
 
 def _key_name(entry) -> str:
