@@ -114,7 +114,7 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
   order = np.arange(num_batches * batch_size)
   valid = jnp.asarray((order < n).reshape(num_batches, batch_size))
   xs = jnp.asarray(x)[order % n].reshape((num_batches, batch_size) + x.shape[1:])
-  ys = jnp.asarray(y)[order % n].reshape(num_batches, batch_size)
+  ys = jnp.asarray(y)[order % n].reshape((num_batches, batch_size) + y.shape[1:])
 
   @jax.jit
   def evaluate_batches(params, xs, ys, valid):
@@ -171,7 +171,7 @@ def make_personal_evaluator(apply_fn: Callable[..., jax.Array], data,
       rows_c = positions % counts[c]
       valid = (positions < counts[c]).reshape(num_batches, batch_size)
       xs = x[c, rows_c].reshape((num_batches, batch_size) + x.shape[2:])
-      ys = y[c, rows_c].reshape(num_batches, batch_size)
+      ys = y[c, rows_c].reshape((num_batches, batch_size) + y.shape[2:])
       totals = _batch_totals(lambda p, xb: apply_fn(shared, p, xb), row, xs,
                              ys, valid, extended)
       return _metrics(totals, counts[c])
