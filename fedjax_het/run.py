@@ -109,6 +109,12 @@ def _federated_split(config: ml_collections.ConfigDict):
         f'partition=natural reads the naturally partitioned sets '
         f'({", ".join(natural_lib.NATURAL_DATASETS)}) and they need it; got '
         f'dataset={config.dataset!r} with partition={config.partition!r}.')
+  changed = [key for key, value in natural_lib.NaturalOptions.defaults().items()
+             if config.natural[key] != value]
+  if changed and not natural:
+    raise config_lib.ConfigError(
+        f'natural.{changed[0]} is read by partition=natural only; leave it at '
+        'its default for a centralised dataset.')
   if natural:
     return natural_lib.load_natural(
         config.dataset, config.data_dir, num_clients=config.num_clients,
