@@ -242,3 +242,19 @@ def test_streamed_natural_run_equals_the_on_device_run(tmp_path):
   assert os.listdir(tmp_path / 'cache')
   assert streamed['final_test_accuracy'] == on_device['final_test_accuracy']
   assert streamed['final_test_loss'] == on_device['final_test_loss']
+
+
+def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set(tmp_path):
+  rng = np.random.default_rng(0)
+  clients = lambda ids: {c: {'image': rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8),
+                             'label': rng.integers(0, 100, 2), 'coarse_label': np.zeros(2)}
+                         for c in ids}
+  train, test = clients(['0', '1', '2']), clients(['t0', 't1'])
+  nw.write_tff_h5(tmp_path / 'fed_cifar100_train.h5', train)
+  nw.write_tff_h5(tmp_path / 'fed_cifar100_test.h5', test)
+  split = load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0, options=options())
+  np.testing.assert_array_equal(np.rint(split.train.x[1] * 255), train['1']['image'])
+  np.testing.assert_array_equal(split.test_y, stacked(test, ['t0', 't1'], 'label'))
+  one_line_error('has 0 clients with >= 1 examples and a test split',
+                 lambda: load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0,
+                                      options=options(), local_test=True))
