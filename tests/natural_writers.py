@@ -134,6 +134,22 @@ def _jsonable(values):
 
 
 # ---- the sets ----------------------------------------------------------------------------------
+def write_splits(directory, fmt, train, test, *, h5, fedjax, tff, tff_splits=('train', 'test')):
+  """Train and test clients as TFF's `<h5>_{train,test}.h5`, FedJAX's
+  `<fedjax>_{train,test}.sqlite` or TFF's `<tff>.sqlite` (splits `tff_splits`); False for
+  LEAF, which the caller writes."""
+  if fmt == 'leaf_json':
+    return False
+  if fmt == 'tff_sqlite':
+    write_tff_sqlite(os.path.join(directory, f'{tff}.sqlite'), dict(zip(tff_splits, (train, test))))
+  for split, clients in (('train', train), ('test', test)):
+    if fmt == 'tff_h5':
+      write_tff_h5(os.path.join(directory, f'{h5}_{split}.h5'), clients)
+    elif fmt == 'fedjax_sqlite':
+      write_fedjax_sqlite(os.path.join(directory, f'{fedjax}_{split}.sqlite'), clients)
+  return True
+
+
 EMNIST_TRAIN_SIZES = {'f0000_14': 3, 'f0001_41': 1, 'f0002_02': 5, 'f0003_33': 2}
 EMNIST_TEST_SIZES = {'f0000_14': 1, 'f0001_41': 1, 'f0002_02': 2, 'f0003_33': 1}
 
@@ -151,16 +167,8 @@ def write_emnist(directory, fmt):
   train = emnist_clients(EMNIST_TRAIN_SIZES, 0)
   test = emnist_clients(EMNIST_TEST_SIZES, 1)
   directory = str(directory)
-  if fmt == 'tff_h5':
-    write_tff_h5(os.path.join(directory, 'fed_emnist_train.h5'), train)
-    write_tff_h5(os.path.join(directory, 'fed_emnist_test.h5'), test)
-  elif fmt == 'fedjax_sqlite':
-    write_fedjax_sqlite(os.path.join(directory, 'federated_emnist_train.sqlite'), train)
-    write_fedjax_sqlite(os.path.join(directory, 'federated_emnist_test.sqlite'), test)
-  elif fmt == 'tff_sqlite':
-    write_tff_sqlite(os.path.join(directory, 'emnist_all.sqlite'),
-                     {'all_train': train, 'all_test': test})
-  else:
+  if not write_splits(directory, fmt, train, test, h5='fed_emnist', fedjax='federated_emnist',
+                      tff='emnist_all', tff_splits=('all_train', 'all_test')):
     for split, clients in (('train', train), ('test', test)):
       write_leaf(os.path.join(directory, split),
                  {c: {'x': f['pixels'].reshape(len(f['label']), -1), 'y': f['label']}
@@ -180,16 +188,8 @@ def write_shakespeare(directory, fmt):
   directory = str(directory)
   train = {c: {'snippets': s} for c, s in SHAKESPEARE_TRAIN.items()}
   test = {c: {'snippets': s} for c, s in SHAKESPEARE_TEST.items()}
-  if fmt == 'tff_h5':
-    write_tff_h5(os.path.join(directory, 'shakespeare_train.h5'), train)
-    write_tff_h5(os.path.join(directory, 'shakespeare_test.h5'), test)
-  elif fmt == 'fedjax_sqlite':
-    write_fedjax_sqlite(os.path.join(directory, 'shakespeare_train.sqlite'), train)
-    write_fedjax_sqlite(os.path.join(directory, 'shakespeare_test.sqlite'), test)
-  elif fmt == 'tff_sqlite':
-    write_tff_sqlite(os.path.join(directory, 'shakespeare.sqlite'),
-                     {'train': train, 'test': test})
-  else:  # LEAF: 80-character windows and the next character
+  if not write_splits(directory, fmt, train, test, h5='shakespeare', fedjax='shakespeare',
+                      tff='shakespeare'):  # LEAF: 80-character windows and the next character
     for split, snippets in (('train', SHAKESPEARE_TRAIN), ('test', SHAKESPEARE_TEST)):
       clients = {}
       for cid, lines in snippets.items():
