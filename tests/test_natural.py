@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import cli, evaluation
+from fedjax_het import cli, evaluation, models
 from fedjax_het.data import natural, natural_files, text
 from fedjax_het.data.natural import NaturalOptions, load_natural
 import natural_writers as nw
@@ -258,3 +258,19 @@ def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set
   one_line_error('has 0 clients with >= 1 examples and a test split',
                  lambda: load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0,
                                       options=options(), local_test=True))
+
+
+def test_shakespeare_lstm_is_fedjax_size_and_predicts_every_position():
+  model = models.create_model('shakespeare_lstm', text.SHAKESPEARE_VOCAB)
+  shapes = jax.eval_shape(lambda k: models.init_params(model, k, (80,)), jax.random.PRNGKey(0))
+  assert sum(p.size for p in jax.tree.leaves(shapes)) == 820_522  # models/text.py
+  tiny = models.create_model('lstm', 90, embed=4, hidden=(8,))
+  params = jax.jit(lambda k: models.init_params(tiny, k, (5,)))(jax.random.PRNGKey(0))
+  apply = jax.jit(lambda t: tiny.apply({'params': params}, t))
+  tokens = np.arange(2 * 5).reshape(2, 5) % 90
+  logits = apply(tokens)
+  assert logits.shape == (2, 5, 90)
+  # Causal: the first position's logits do not read later tokens.
+  changed = apply(np.concatenate([tokens[:, :1], tokens[:, 1:] + 1], 1))
+  np.testing.assert_allclose(changed[:, 0], logits[:, 0], rtol=1e-6)
+  assert not np.allclose(changed[:, 1:], logits[:, 1:])
