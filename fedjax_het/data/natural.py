@@ -28,7 +28,12 @@ With `cache_dir`, the packed federation is written once as .npy files under
 streaming reads (`core.stream`); the key hashes the selection options and the source files'
 names, sizes and modification times, and the manifest keeps each file's SHA-256, so a source
 file that changes is detected (its hash is checked whenever its size or time differs) and the
-cache is rebuilt.
+cache is rebuilt. Building it holds the kept clients' converted (unpadded) arrays in memory once;
+the padded layout is written client by client into the memmapped files, and later runs read only
+the cohorts' rows from them.
+
+Not read: LEAF's Sent140 (its tokens need LEAF's GloVe vocabulary) and CelebA (its x are image
+file names), FedJAX's CIFAR-100 SQLite files, TFF's `only_digits` EMNIST.
 """
 
 from __future__ import annotations
