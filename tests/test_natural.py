@@ -40,6 +40,7 @@ def test_emnist_writers_read_back_in_every_format(tmp_path, fmt):
   split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0,
                        options=options(format=fmt), local_test=True)
   ids = file_order(fmt, nw.EMNIST_TRAIN_SIZES)
+  assert split.client_ids == tuple(ids)
   np.testing.assert_array_equal(split.train.counts, [nw.EMNIST_TRAIN_SIZES[c] for c in ids])
   assert split.num_classes == 62 and split.train.x.shape == (4, 5, 28, 28, 1)
   for i, cid in enumerate(ids):
@@ -57,7 +58,8 @@ def test_natural_selection_keeps_eligible_clients_seeded(tmp_path):
   nw.write_emnist(tmp_path, 'fedjax_sqlite')
   opts = options(min_examples=2)
   split = load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0, options=opts)
-  np.testing.assert_array_equal(split.train.counts, [3, 5, 2])  # f0001_41 (1 example) dropped
+  np.testing.assert_array_equal(split.train.counts, [3, 5, 2])
+  assert split.client_ids == ('f0000_14', 'f0002_02', 'f0003_33')  # f0001_41: 1 example
   draws = {tuple(load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=s,
                               options=opts).train.counts) for s in range(6)}
   assert draws <= {(3, 5), (3, 2), (5, 2)} and len(draws) > 1  # subsets in file order
@@ -174,6 +176,7 @@ def test_memmap_cache_is_reused_and_rebuilt_when_a_source_changes(tmp_path):
   # Read back from the cache: the source's examples are not decoded again.
   reused = load_natural('fed_emnist', str(data), num_clients=4, seed=0, options=opts)
   assert reused.train.x.filename == cached.train.x.filename
+  assert reused.client_ids == plain.client_ids == tuple(nw.EMNIST_TRAIN_SIZES)
   # A changed source file: the cache is rebuilt from it.
   sizes = {**nw.EMNIST_TRAIN_SIZES, 'f0002_02': 6}
   nw.write_fedjax_sqlite(data / 'federated_emnist_train.sqlite.new',

@@ -278,7 +278,8 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     A FederatedSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
     [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
     conversion: images, or sequences); test_x/test_y the global test set; local_test per
-    client with `local_test`. With `options.cache_dir` the leaves are np.memmap.
+    client with `local_test`; client_ids the files' ids of the train rows. With
+    `options.cache_dir` the leaves are np.memmap.
 
   Raises:
     ValueError: unknown name, a missing data_dir or files (one line naming what to put where),
@@ -358,13 +359,13 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     by_id = dict(zip([c for c in test_ids if c in shared], tests))
     local = [by_id[c] for c in kept]
   if cache is not None:
-    return dataclasses.replace(cache.write(train, local, test_x, test_y, spec.x_dtype),
+    return dataclasses.replace(cache.write(train, local, test_x, test_y, spec.x_dtype, kept),
                                num_classes=spec.num_classes(options))
   zeros = lambda _, shape, dtype: np.zeros(shape, dtype)
   return FederatedSplit(
       train=_pack(train, spec.x_dtype, zeros), test_x=test_x, test_y=test_y,
       local_test=None if local is None else _pack(local, spec.x_dtype, zeros),
-      num_classes=spec.num_classes(options))
+      num_classes=spec.num_classes(options), client_ids=tuple(kept))
 
 
 class _Cache:
@@ -398,9 +399,9 @@ class _Cache:
              if manifest['local_test'] else None)
     return FederatedSplit(train=train, test_x=np.load(self._path('test_x')),
                           test_y=np.load(self._path('test_y')), local_test=local,
-                          num_classes=0)
+                          num_classes=0, client_ids=tuple(manifest['client_ids']))
 
-  def write(self, train, local, test_x, test_y, x_dtype) -> FederatedSplit:
+  def write(self, train, local, test_x, test_y, x_dtype, client_ids) -> FederatedSplit:
     """Writes the packed arrays and the manifest (last), then opens them as `load` does."""
     try:
       os.makedirs(self.directory, exist_ok=True)
@@ -420,7 +421,8 @@ class _Cache:
         for path, stat in _fingerprint(source).items():
           sources[path] = [*stat, _sha256(path)]
       with open(self.manifest + '.part', 'w') as f:
-        json.dump({'sources': sources, 'local_test': local is not None}, f)
+        json.dump({'sources': sources, 'local_test': local is not None,
+                   'client_ids': list(client_ids)}, f)
       os.replace(self.manifest + '.part', self.manifest)
     except OSError as e:
       raise ValueError(f'cannot write the natural-data cache {self.directory} ({e}); set '
