@@ -18,7 +18,7 @@ FORMATS = natural.FORMATS
 
 
 def options(**kw):
-  return NaturalOptions(**{**dict(format='auto', min_examples=1, sequence_length=0,
+  return NaturalOptions(**{**dict(format='auto', min_examples=1, max_examples=0, sequence_length=0,
                                   vocab_size=10000, cache_dir=''), **kw})
 
 
@@ -66,6 +66,10 @@ def test_natural_selection_keeps_eligible_clients_seeded(tmp_path):
   again = load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=3, options=opts)
   first = load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=3, options=opts)
   np.testing.assert_array_equal(again.train.x, first.train.x)
+  capped = load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0,
+                        options=options(min_examples=2, max_examples=2))
+  np.testing.assert_array_equal(capped.train.counts, [2, 2, 2])
+  np.testing.assert_array_equal(capped.train.x, split.train.x[:, :2])
   with pytest.raises(ValueError, match=r'has 3 clients with >= 2 examples; num_clients=4'):
     load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=opts)
 

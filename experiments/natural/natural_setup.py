@@ -36,3 +36,14 @@ def shakespeare(num_clients: int = 715):
   c.update(model='shakespeare_lstm', rounds=1200, batch_size=4, local_steps=16, client_lr=1.0)
   c.model_options = {}
   return c
+
+
+def stackoverflow(num_clients: int = 342477):
+  """StackOverflow next-word prediction by user: 50 clients a round, 1500 rounds, B 16, at most
+  256 posts a user (TFF's max_elements_per_user) so 16 local steps, client lr 10^-0.5."""
+  c = natural('stackoverflow', num_clients)
+  c.update(model='stackoverflow_lstm', rounds=1500, clients_per_round=50, batch_size=16,
+           local_steps=16, client_lr=10 ** -0.5)
+  c.natural.max_examples = 256
+  c.model_options = {}
+  return c

@@ -18,7 +18,9 @@ background in TFF's and LEAF's files; FedJAX feeds `1 − pixels` to its CNN
 Clients: those with at least `min_examples` examples in the train file (counted as stored:
 images, snippets or posts) — and, with `local_test`, at least one test example — form the
 eligible population; `num_clients` of them are kept, all in file order when they are exactly
-`num_clients`, else a subsample drawn with `seed` (kept in file order). The global test set is
+`num_clients`, else a subsample drawn with `seed` (kept in file order); with `max_examples`, a
+client trains on its first `max_examples` rows only (TFF's StackOverflow benchmark: 256 posts,
+`max_elements_per_user`), which also bounds the padded layout. The global test set is
 the kept clients' test examples where the test file has any of them (EMNIST, Shakespeare,
 StackOverflow share writers between splits), else the whole test file (CIFAR-100's 100 test
 clients are others); `local_test` gives each kept client its own test examples.
@@ -61,6 +63,7 @@ class NaturalOptions(OptionGroup):
   key = 'natural'
   format: str = option('auto', 'natural sets\' file format: auto (the first found of fedjax_sqlite, tff_sqlite, tff_h5, leaf_json) | ' + ' | '.join(FORMATS), choices=('auto', *FORMATS))
   min_examples: int = option(1, 'natural sets: least train examples (images, snippets, posts as stored) a client needs to be kept', check=positive_int)
+  max_examples: int = option(0, 'natural sets: keep at most this many train rows (images, sequences) of each client, its first ones (TFF StackOverflow: 256); 0 = all', check=non_negative_int)
   sequence_length: int = option(0, 'shakespeare / stackoverflow: tokens per sequence (0: the benchmark\'s, 80 / 20)', check=non_negative_int)
   vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000)', check=positive_int)
   cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = no cache')
@@ -265,9 +268,11 @@ def _pack(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype, allocate) -> Fe
   return FederatedData(x=x, y=y, counts=out_counts)
 
 
-def _converted(spec, reader, ids, resolved) -> list[tuple[np.ndarray, np.ndarray]]:
+def _converted(spec, reader, ids, resolved, limit: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The clients' (x, y) in `ids` order, each cut to its first `limit` rows (0: all)."""
   raw = reader.read(ids)
-  return [spec.convert(raw[cid], resolved) for cid in ids]
+  cut = slice(limit or None)
+  return [tuple(a[cut] for a in spec.convert(raw[cid], resolved)) for cid in ids]
 
 
 def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
@@ -325,6 +330,7 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
   if options.cache_dir:
     key = {'name': name, 'format': fmt, 'num_clients': num_clients, 'seed': seed,
            'local_test': local_test, 'min_examples': options.min_examples,
+           'max_examples': options.max_examples,
            'sequence_length': options.sequence_length, 'vocab_size': options.vocab_size,
            'sources': [os.path.abspath(p) for p in paths]}
     cache = _Cache(os.path.join(options.cache_dir, name + '-' + hashlib.sha256(
@@ -349,7 +355,7 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     pool = np.sort(np.random.default_rng(seed).choice(pool, num_clients, replace=False))
   kept = [ids[i] for i in pool]
   shared = set(kept) & set(test_ids)
-  train = _converted(spec, train_reader, kept, resolved)
+  train = _converted(spec, train_reader, kept, resolved, options.max_examples)
   tests = _converted(spec, test_reader, [c for c in test_ids if c in shared] or test_ids,
                      resolved)
   test_x = np.concatenate([x for x, _ in tests]).astype(spec.x_dtype)
