@@ -120,7 +120,7 @@ def _federated_split(config: ml_collections.ConfigDict):
         config.dataset, config.data_dir, num_clients=config.num_clients,
         seed=config.seed,
         options=natural_lib.NaturalOptions.from_config(config),
-        local_test=config.local_test)
+        local_test=config.local_test, stream=config.stream_cohorts)
   dataset = data_lib.load_dataset(config.dataset,
                                   data_dir=config.data_dir or None,
                                   seed=config.seed,

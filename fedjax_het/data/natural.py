@@ -25,8 +25,9 @@ the kept clients' test examples where the test file has any of them (EMNIST, Sha
 StackOverflow share writers between splits), else the whole test file (CIFAR-100's 100 test
 clients are others); `local_test` gives each kept client its own test examples.
 
-With `cache_dir`, the packed federation is written once as .npy files under
-`cache_dir/<name>-<key>/` and opened as read-only `np.memmap` leaves, the host layout cohort
+With `cache_dir` (and by default, in `<data_dir>/fedjax_het_cache`, when the run streams its
+cohorts, `stream=True`: large populations go straight to the memory-mapped layout), the packed
+federation is written once as .npy files under `cache_dir/<name>-<key>/` and opened as read-only `np.memmap` leaves, the host layout cohort
 streaming reads (`core.stream`); the key hashes the selection options and the source files'
 names, sizes and modification times, and the manifest keeps each file's SHA-256, so a source
 file that changes is detected (its hash is checked whenever its size or time differs) and the
@@ -66,7 +67,7 @@ class NaturalOptions(OptionGroup):
   max_examples: int = option(0, 'natural sets: keep at most this many train rows (images, sequences) of each client, its first ones (TFF StackOverflow: 256); 0 = all', check=non_negative_int)
   sequence_length: int = option(0, 'shakespeare / stackoverflow: tokens per sequence (0: the benchmark\'s, 80 / 20)', check=non_negative_int)
   vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000)', check=positive_int)
-  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = no cache')
+  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True, else no cache')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +277,8 @@ def _converted(spec, reader, ids, resolved, limit: int = 0) -> list[tuple[np.nda
 
 
 def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
-                 options: NaturalOptions, local_test: bool = False) -> FederatedSplit:
+                 options: NaturalOptions, local_test: bool = False,
+                 stream: bool = False) -> FederatedSplit:
   """The natural federation of `name` from the files in `data_dir` (module docstring).
 
   Returns:
@@ -284,7 +286,8 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
     conversion: images, or sequences); test_x/test_y the global test set; local_test per
     client with `local_test`; client_ids the files' ids of the train rows. With
-    `options.cache_dir` the leaves are np.memmap.
+    `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
+    to `<data_dir>/fedjax_het_cache`), the leaves are np.memmap.
 
   Raises:
     ValueError: unknown name, a missing data_dir or files (one line naming what to put where),
@@ -312,7 +315,8 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
                         f'of {", ".join(f for f in FORMATS if getattr(spec.train, f))}.')
     raise _missing(name, data_dir)
   fmt = found[0]
-  scratch = os.path.join(options.cache_dir or data_dir, 'decompressed')
+  cache_dir = options.cache_dir or (os.path.join(data_dir, 'fedjax_het_cache') if stream else '')
+  scratch = os.path.join(cache_dir or data_dir, 'decompressed')
   paths = [_source(data_dir, s, fmt) for s in (spec.train, spec.test)]
   if paths[1] is None:
     raise ValueError(f'{data_dir} has {os.path.basename(paths[0])} but not the test split '
@@ -327,13 +331,13 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     paths.append(counts_path)
   resolved = _Resolved(options.sequence_length, vocab)
   cache = None
-  if options.cache_dir:
+  if cache_dir:
     key = {'name': name, 'format': fmt, 'num_clients': num_clients, 'seed': seed,
            'local_test': local_test, 'min_examples': options.min_examples,
            'max_examples': options.max_examples,
            'sequence_length': options.sequence_length, 'vocab_size': options.vocab_size,
            'sources': [os.path.abspath(p) for p in paths]}
-    cache = _Cache(os.path.join(options.cache_dir, name + '-' + hashlib.sha256(
+    cache = _Cache(os.path.join(cache_dir, name + '-' + hashlib.sha256(
         json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]), paths)
     cached = cache.load()
     if cached is not None:
