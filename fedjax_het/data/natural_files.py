@@ -328,14 +328,17 @@ class TffSqlite:
             for name, v in columns.items()}
 
   def read(self, ids) -> Clients:
-    out = {}
+    """One pass over the split in (client id, rowid) order, so a file without an index on
+    client_id is not scanned once per client."""
+    wanted, blobs = set(ids), {}
     with _connect(self.path, ('examples', 'client_metadata')) as db:
-      for cid in ids:
-        blobs = [r[0] for r in db.execute(
-            'SELECT serialized_example_proto FROM examples WHERE split_name = ? AND '
-            'client_id = ? ORDER BY rowid', (self.split, cid))]
-        out[cid] = self._decode(cid, blobs)
-    return out
+      for cid, blob in db.execute(
+          'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? '
+          'ORDER BY client_id, rowid', (self.split,)):
+        cid = _text(cid)
+        if cid in wanted:
+          blobs.setdefault(cid, []).append(blob)
+    return {cid: self._decode(cid, blobs.get(cid, [])) for cid in ids}
 
 
 # ---- LEAF JSON -------------------------------------------------------------------------------
