@@ -2,6 +2,7 @@
 here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming
 and one CLI run per format."""
 import json
+import lzma
 import os
 
 import jax
@@ -280,3 +281,17 @@ def test_shakespeare_lstm_is_fedjax_size_and_predicts_every_position():
   changed = apply(np.concatenate([tokens[:, :1], tokens[:, 1:] + 1], 1))
   np.testing.assert_allclose(changed[:, 0], logits[:, 0], rtol=1e-6)
   assert not np.allclose(changed[:, 1:], logits[:, 1:])
+
+
+def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path):
+  train, _ = nw.write_emnist(tmp_path, 'tff_sqlite')
+  source = tmp_path / 'emnist_all.sqlite'
+  (tmp_path / 'emnist_all.sqlite.lzma').write_bytes(lzma.compress(source.read_bytes()))
+  source.unlink()
+  split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options())
+  assert (tmp_path / 'decompressed' / 'emnist_all.sqlite').is_file()
+  np.testing.assert_array_equal(split.train.y[0, :3], train['f0000_14']['label'])
+  (tmp_path / 'decompressed' / 'emnist_all.sqlite').unlink()
+  nw.truncate(tmp_path / 'emnist_all.sqlite.lzma')
+  one_line_error('emnist_all.sqlite.lzma does not decompress', lambda: load_natural(
+      'fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options()))
