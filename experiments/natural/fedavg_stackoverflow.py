@@ -6,7 +6,8 @@ Command:   fedjax-het --config experiments/natural/fedavg_stackoverflow.py --con
            stackoverflow_{train,test}.h5, and stackoverflow.word_count; not run here: no copy of
            the set is on this machine. 342,477 users x 256 rows x 20 tokens of int32 x and y are
            ~14 GB padded: streamed from the memmapped cache.)
-Published: Reddi et al. 2021, Table 2, Stack Overflow NWP, FedAvg: 19.5 % accuracy (FedAdam
+Published: Reddi et al. 2021, Table 2, Stack Overflow NWP, FedAvg (quoted, not re-checked in
+           this change): 19.5 % accuracy (FedAdam
            25.2 %); their accuracy leaves out PAD, EOS and OOV targets, ours PAD and EOS
            (fedjax_het.data.text), so ours counts OOV hits too.
 CPU-sized: --config.num_clients=200 --config.clients_per_round=10 --config.natural.vocab_size=1000.

@@ -5,7 +5,8 @@
 conv 32-64, max-pool, Dense 128, Dense 62; Reddi et al. 2021's model without its dropout).
 `shakespeare()` is Shakespeare by speaking role (715 roles) with FedJAX's character LSTM
 (`shakespeare_lstm`). Both follow Reddi et al. 2021 ("Adaptive Federated Optimization",
-App. D, FedAvg rows): 10 clients a round, one local epoch (here a fixed number of local steps,
+App. D, FedAvg rows; the learning rates as quoted, not re-checked in this change): 10 clients
+a round, one local epoch (here a fixed number of local steps,
 the mean client's epoch: 198 images / B 20 ≈ 10 steps; ≈ 65 sequences / B 4 ≈ 16 steps), SGD
 on the clients, server lr 1.
 """
