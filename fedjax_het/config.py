@@ -49,11 +49,11 @@ class CoreOptions(OptionGroup):
   algorithm: str = option('fedavg', 'the federated method (fedjax_het.algorithms.ALGORITHMS)')
   seed: int = option(0, 'seed of the data split, the model init and every round\'s draws')
   # Data.
-  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS)')
-  data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default)')
+  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS); with partition=natural: fed_emnist | fed_cifar100 | shakespeare | stackoverflow (fedjax_het.data.natural, the `natural` section)')
+  data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default); the natural sets\' files (required)')
   dataset_options: dict = option({}, 'options of the dataset source, e.g. {\'noise\': 3.0} for synthetic')
-  num_clients: int = option(100, 'M, the clients of the federation', check=positive_int)
-  partition: str = option('dirichlet', 'iid | dirichlet | balanced_dirichlet | shards | cell_shards (HIST cell-i.i.d.: N random equal parts, shards within each cell) | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew | sized_dirichlet (Dirichlet labels, client sizes ∝ client_sizes)')
+  num_clients: int = option(100, 'M, the clients of the federation (partition=natural: the files\' clients kept, a subsample drawn with seed when fewer than all)', check=positive_int)
+  partition: str = option('dirichlet', 'natural (the files\' writers / speakers / users; natural sets only) | iid | dirichlet | balanced_dirichlet | shards | cell_shards (HIST cell-i.i.d.: N random equal parts, shards within each cell) | one_class (client m: class m mod K) | class_blocks (class ⌊mK/M⌋) | quantity_skew | sized_dirichlet (Dirichlet labels, client sizes ∝ client_sizes)')
   alpha: float = option(0.5, 'Dirichlet concentration (dirichlet, balanced_dirichlet, quantity_skew, sized_dirichlet)', check=positive)
   client_sizes: tuple = option((), 'relative dataset size per client, one per client (partition=sized_dirichlet; e.g. Co-S²P Tab. 7)', check=_client_sizes)
   shards_per_client: int = option(2, 'label shards per client (partition=shards, cell_shards)', check=positive_int)
@@ -104,6 +104,12 @@ class CoreOptions(OptionGroup):
       raise ConfigError(
           f'partition=sized_dirichlet needs client_sizes with one entry per '
           f'client ({self.num_clients}), got {len(self.client_sizes)}.')
+    if self.partition == 'natural' and self.local_test_fraction:
+      raise ConfigError('partition=natural takes each client\'s local test '
+                        'split from the files; set local_test_fraction=0.')
+    if self.partition == 'natural' and self.dataset_options:
+      raise ConfigError('partition=natural reads the `natural` section, not '
+                        'dataset_options; set dataset_options={}.')
     if self.local_test_fraction and not self.local_test:
       raise ConfigError('local_test_fraction splits the local test sets; set '
                         'local_test=True or local_test_fraction=0.')
@@ -120,7 +126,8 @@ class CoreOptions(OptionGroup):
 def option_groups() -> tuple[type[OptionGroup], ...]:
   """The algorithm families' sections, in registry order."""
   from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
-  return algorithms.OPTION_GROUPS
+  from fedjax_het.data.natural import NaturalOptions  # pylint: disable=g-import-not-at-top
+  return (NaturalOptions, *algorithms.OPTION_GROUPS)
 
 
 def base_config() -> ml_collections.ConfigDict:

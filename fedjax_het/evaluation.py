@@ -12,19 +12,47 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedjax_het.data import text
+
 PyTree = Any
+
+
+def cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
+  """Mean softmax cross-entropy of a batch: labels y [B] with logits [B, C], or next-token
+  targets y [B, L] with logits [B, L, C], whose PAD targets count zero in a mean over B·L
+  (FedJAX's Shakespeare `train_loss`: per-token loss × (y ≠ PAD), mean over the sequence,
+  then over the batch)."""
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+  if y.ndim > 1:
+    loss = jnp.where(y != text.PAD, loss, 0.0)
+  return loss.mean()
 
 
 def _batch_totals(apply_fn, params, xs, ys, valid, extended: bool = False):
   """Sums over the valid rows of [nb, B] batches: correct predictions and
   loss; with `extended`, also top-5 hits and the per-class counts of true
-  positives, predictions and labels (float [C] each) for the F1 score."""
+  positives, predictions and labels (float [C] each) for the F1 score.
+
+  Next-token targets ([nb, B, L] labels) are summed per token: the loss over
+  targets other than PAD ('loss_tokens' of them), the accuracy over targets
+  other than PAD and EOS ('tokens'), as `fedjax_het.data.text` defines them.
+  """
 
   def one_batch(batch):
     xb, yb, vb = batch
     logits = apply_fn(params, xb)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
     predicted = jnp.argmax(logits, -1)
+    if yb.ndim > 1:
+      if extended:
+        raise ValueError('top-5 and F1 are defined for class labels, not '
+                         'next-token targets.')
+      scored = vb[:, None] & (yb != text.PAD)
+      counted = scored & (yb != text.EOS)
+      return {'correct': jnp.sum(jnp.where(counted, predicted == yb, 0)),
+              'tokens': jnp.sum(counted),
+              'loss': jnp.sum(jnp.where(scored, loss, 0)),
+              'loss_tokens': jnp.sum(scored)}
     sums = {'correct': jnp.sum(jnp.where(vb, predicted == yb, 0)),
             'loss': jnp.sum(jnp.where(vb, loss, 0))}
     if extended:
@@ -46,12 +74,16 @@ def _batch_totals(apply_fn, params, xs, ys, valid, extended: bool = False):
 
 
 def _metrics(totals: dict, n) -> dict:
-  """accuracy and loss (and top5_accuracy, f1_weighted) from `_batch_totals`.
+  """accuracy and loss (and top5_accuracy, f1_weighted) from `_batch_totals`;
+  per token for next-token targets.
 
   Weighted F1 = Σ_c (support_c / n) · 2·TP_c / (predicted_c + support_c),
   scikit-learn's 'weighted' average (a class never predicted nor present
   scores 0 and weighs 0).
   """
+  if 'tokens' in totals:  # next-token targets: means over the scored tokens
+    return {'accuracy': totals['correct'] / jnp.maximum(totals['tokens'], 1),
+            'loss': totals['loss'] / jnp.maximum(totals['loss_tokens'], 1)}
   out = {'accuracy': totals['correct'] / n, 'loss': totals['loss'] / n}
   if 'tp' in totals:
     out['top5_accuracy'] = totals['top5'] / n
@@ -69,7 +101,8 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
 
   Args:
     apply_fn: `apply_fn(params, x_batch) -> logits [B, num_classes]`.
-    x: [n, ...] inputs; y: [n] int labels (kept on device).
+    x: [n, ...] inputs; y: [n] int labels, or [n, L] next-token targets
+      (accuracy and loss per token, `_batch_totals`) (kept on device).
     batch_size: evaluation batch size (clipped to n).
     extended: also 'top5_accuracy' and 'f1_weighted' (`_metrics`).
   """
@@ -81,7 +114,7 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
   order = np.arange(num_batches * batch_size)
   valid = jnp.asarray((order < n).reshape(num_batches, batch_size))
   xs = jnp.asarray(x)[order % n].reshape((num_batches, batch_size) + x.shape[1:])
-  ys = jnp.asarray(y)[order % n].reshape(num_batches, batch_size)
+  ys = jnp.asarray(y)[order % n].reshape((num_batches, batch_size) + y.shape[1:])
 
   @jax.jit
   def evaluate_batches(params, xs, ys, valid):
@@ -138,7 +171,7 @@ def make_personal_evaluator(apply_fn: Callable[..., jax.Array], data,
       rows_c = positions % counts[c]
       valid = (positions < counts[c]).reshape(num_batches, batch_size)
       xs = x[c, rows_c].reshape((num_batches, batch_size) + x.shape[2:])
-      ys = y[c, rows_c].reshape(num_batches, batch_size)
+      ys = y[c, rows_c].reshape((num_batches, batch_size) + y.shape[2:])
       totals = _batch_totals(lambda p, xb: apply_fn(shared, p, xb), row, xs,
                              ys, valid, extended)
       return _metrics(totals, counts[c])

@@ -41,6 +41,7 @@ from fedjax_het import algorithms, config as config_lib, data as data_lib, \
     logging_writers, models, plots, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.data import augment as augment_lib
+from fedjax_het.data import natural as natural_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.sharding import client_mesh
@@ -53,7 +54,7 @@ _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
                       'checkpoint_every', 'checkpoints_to_keep',
                       'metric_writers', 'stream_cohorts')
 # Path keys: `~` and environment variables in them are expanded.
-_PATH_KEYS = ('data_dir', 'systems.trace')
+_PATH_KEYS = ('data_dir', 'systems.trace', 'natural.cache_dir')
 
 
 class TrainingDiverged(RuntimeError):
@@ -83,6 +84,43 @@ def build_experiment(config: ml_collections.ConfigDict):
           f'init_params_file {init_file} does not exist; download a ViT '
           f'checkpoint ({vit_pretrained.DOWNLOAD_HINT}) and pass '
           '--config.init_params_file=PATH.')
+  split = _federated_split(config)
+  model = models.create_model(config.model, split.num_classes,
+                              **config.model_options.to_dict())
+  init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
+  input_shape = augment_lib.output_shape(config.augment,
+                                         split.train.x.shape[2:])
+  params = models.init_params(model, init_key, input_shape)
+  if init_file:
+    params = vit_pretrained.load_pretrained(model, params, init_file,
+                                            image_shape=input_shape)
+  algorithm = algorithms.create_algorithm(config.algorithm, config, model,
+                                          split.train)
+  return split, model, params, algorithm
+
+
+def _federated_split(config: ml_collections.ConfigDict):
+  """The run's `FederatedSplit`: a natural set's own clients
+  (partition=natural, `data.natural`), or a centralised set cut by a
+  synthetic partition."""
+  natural = config.partition == 'natural'
+  if natural != (config.dataset in natural_lib.NATURAL_DATASETS):
+    raise config_lib.ConfigError(
+        f'partition=natural reads the naturally partitioned sets '
+        f'({", ".join(natural_lib.NATURAL_DATASETS)}) and they need it; got '
+        f'dataset={config.dataset!r} with partition={config.partition!r}.')
+  changed = [key for key, value in natural_lib.NaturalOptions.defaults().items()
+             if config.natural[key] != value]
+  if changed and not natural:
+    raise config_lib.ConfigError(
+        f'natural.{changed[0]} is read by partition=natural only; leave it at '
+        'its default for a centralised dataset.')
+  if natural:
+    return natural_lib.load_natural(
+        config.dataset, config.data_dir, num_clients=config.num_clients,
+        seed=config.seed,
+        options=natural_lib.NaturalOptions.from_config(config),
+        local_test=config.local_test, stream=config.stream_cohorts)
   dataset = data_lib.load_dataset(config.dataset,
                                   data_dir=config.data_dir or None,
                                   seed=config.seed,
@@ -98,22 +136,10 @@ def build_experiment(config: ml_collections.ConfigDict):
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})
-  split = data_lib.build_federated(
+  return data_lib.build_federated(
       dataset, num_clients=config.num_clients, partition=config.partition,
       seed=config.seed, local_test=config.local_test,
       local_test_fraction=config.local_test_fraction, **partition_kwargs)
-  model = models.create_model(config.model, split.num_classes,
-                              **config.model_options.to_dict())
-  init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
-  input_shape = augment_lib.output_shape(config.augment,
-                                         dataset.x_train.shape[1:])
-  params = models.init_params(model, init_key, input_shape)
-  if init_file:
-    params = vit_pretrained.load_pretrained(model, params, init_file,
-                                            image_shape=input_shape)
-  algorithm = algorithms.create_algorithm(config.algorithm, config, model,
-                                          split.train)
-  return split, model, params, algorithm
 
 
 class MetricsLog:

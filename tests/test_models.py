@@ -105,7 +105,8 @@ def test_output_shape_every_model_and_input(name, options, shape):
 def test_registry_lists_every_model():
   assert set(MODELS) == {'mlp', 'lenet5', 'simple_cnn', 'resnet18',
                          'split_cifar_cnn', 'split_emnist_cnn', 'split_lenet5',
-                         'vit', 'vit_tiny', 'vit_base', 'vit_base_ext'}
+                         'vit', 'vit_tiny', 'vit_base', 'vit_base_ext', 'lstm', 'shakespeare_lstm',
+                         'stackoverflow_lstm'}
   assert set(NORMS) == {'static_bn', 'group', 'none'}
 
 

@@ -100,6 +100,10 @@ class FederatedAlgorithm:
   num_segments = 1
   # Whether the loss and evaluation read a multi-exit model's stacked logits.
   reads_exits = False
+  # Whether its losses read next-token targets y [N, L] (PAD left out, through
+  # `loss` / `evaluation.cross_entropy`); methods with losses of their own on
+  # class labels say False and refuse text data.
+  supports_token_labels = True
   # The config sections (`fedjax_het.options.OptionGroup`) the method reads.
   option_groups = ()
   # Whether its schedule reads `rounds` (then a resume may not change it).
@@ -125,6 +129,10 @@ class FederatedAlgorithm:
       raise ValueError(
           f'{self.name} trains a single-output model; model_options.exits='
           'True (early exits) is for methods that read them, e.g. scalefl.')
+    if data.y.ndim > 2 and not self.supports_token_labels:
+      raise ValueError(
+          f'{self.name} trains on class labels; next-token data (text sets) '
+          'run with the FedAvg, FedACS and submodel families.')
     self.config = config
     self.model = model
     self.num_clients = int(data.counts.shape[0])
@@ -343,10 +351,11 @@ class FederatedAlgorithm:
 
   def loss(self, params: PyTree, x: jax.Array, y: jax.Array,
            plan: ClientPlan, ctx: StepContext) -> jax.Array:
-    """Mean softmax cross-entropy of a batch under the client's forward."""
+    """Mean softmax cross-entropy of a batch under the client's forward
+    (next-token targets: PAD left out, `evaluation.cross_entropy`)."""
     logits = self.model.apply(
         {'params': self.forward_params(params, plan, ctx)}, x, train=True)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return evaluation.cross_entropy(logits, y)
 
   def program_loss(self, local: program.LocalModel, x: jax.Array,
                    y: jax.Array, plan: ClientPlan, ctx: StepContext):

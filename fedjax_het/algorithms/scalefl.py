@@ -145,6 +145,7 @@ class ScaleFL(HeteroFL):
 
   name = 'scalefl'
   reads_exits = True
+  supports_token_labels = False  # its multi-exit loss reads class labels
   schedule_depends_on_rounds = True  # KD starts at scalefl_kd_start × rounds
 
   def __init__(self, config, model, data):

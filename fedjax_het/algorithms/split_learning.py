@@ -90,6 +90,7 @@ class SplitLearning(FederatedAlgorithm):
 
   option_groups = (SplitOptions,)
   per_round_metrics = ('server_storage_params',)
+  supports_token_labels = False  # split models classify images
   protocol: accounting.SplitProtocol = accounting.CSE_FSL
 
   def __init__(self, config, model, data):

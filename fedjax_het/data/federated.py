@@ -112,12 +112,15 @@ class FederatedSplit:
     test_y: [n_test] int32.
     local_test: per-client test shards, or None unless requested.
     num_classes: number of label classes.
+    client_ids: the files' id of each train row's client (natural sets,
+      `data.natural`), else None.
   """
   train: FederatedData
   test_x: np.ndarray
   test_y: np.ndarray
   local_test: FederatedData | None
   num_classes: int
+  client_ids: tuple[str, ...] | None = None
 
 
 def pack_clients(x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray],

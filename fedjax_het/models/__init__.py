@@ -3,7 +3,8 @@
 All models map NHWC float images (the MLP flattens any input) to logits [batch, num_classes] with
 `model.apply({'params': params}, x, train=...)`; `apply` is pure (no mutable collections, no rng).
 Built with `exits=True` (mlp, lenet5, resnet18), a model returns the logits of all its early exits
-stacked [num_exits, batch, num_classes], deepest (`head`) last (ScaleFL).
+stacked [num_exits, batch, num_classes], deepest (`head`) last (ScaleFL). The text models
+(`models/text.py`) map token ids [batch, L] to logits [batch, L, num_classes].
 """
 
 from fedjax_het.models.cnn import LeNet5, SimpleCNN
@@ -13,6 +14,7 @@ from fedjax_het.models.mlp import MLP
 from fedjax_het.models.registry import MODELS, create_model, init_params, maskable_leaves
 from fedjax_het.models.resnet import BasicBlock, ResNet18
 from fedjax_het.models.split import SplitModel, is_split, split_apply
+from fedjax_het.models.text import NextTokenLSTM
 from fedjax_het.models.vit import ViT
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     'LeNet5',
     'MLP',
     'MODELS',
+    'NextTokenLSTM',
     'NORMS',
     'ResNet18',
     'SimpleCNN',

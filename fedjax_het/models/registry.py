@@ -12,6 +12,7 @@ from fedjax_het.models.cnn import LeNet5, SimpleCNN
 from fedjax_het.models.mlp import MLP
 from fedjax_het.models.resnet import ResNet18
 from fedjax_het.models.split import SplitCifarCNN, SplitEmnistCNN, SplitLeNet5
+from fedjax_het.models.text import TEXT_PRESETS, NextTokenLSTM
 from fedjax_het.models.vit import VIT_PRESETS, ViT
 
 _CLASSES = {
@@ -24,7 +25,10 @@ _CLASSES = {
     'split_lenet5': SplitLeNet5,
     'vit': ViT,
     **{preset: ViT for preset in VIT_PRESETS},
+    'lstm': NextTokenLSTM,
+    **{preset: NextTokenLSTM for preset in TEXT_PRESETS},
 }
+_PRESETS = {**VIT_PRESETS, **TEXT_PRESETS}
 MODELS = tuple(_CLASSES)
 
 # Leaf names that Dense and Conv layers create.
@@ -39,7 +43,9 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   split models (models/split.py): split_cifar_cnn(cut, aux, aux_channels, pool),
   split_emnist_cnn(cut, aux, aux_channels, conv_relu), split_lenet5(cut, aux, aux_channels);
   vit(depth, hidden, mlp, heads, patch, decisions) and its presets vit_tiny, vit_base, vit_base_ext (the
-  paper sizes of Co-S²P, `models.vit.VIT_PRESETS`; options override them).
+  paper sizes of Co-S²P, `models.vit.VIT_PRESETS`; options override them); lstm(embed, hidden,
+  projection, tanh) on token ids [N, L] -> logits [N, L, num_classes] and its presets
+  shakespeare_lstm, stackoverflow_lstm (the benchmarks' models, `models.text.TEXT_PRESETS`).
   `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
   (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
   classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits
@@ -62,7 +68,7 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   if missing:
     raise ValueError(f'Model {name!r} requires option(s) {", ".join(missing)}.')
   kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-  return cls(num_classes=num_classes, **{**VIT_PRESETS.get(name, {}), **kwargs})
+  return cls(num_classes=num_classes, **{**_PRESETS.get(name, {}), **kwargs})
 
 
 def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) -> dict:

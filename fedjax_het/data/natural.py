@@ -1,0 +1,440 @@
+"""Naturally partitioned federated datasets: the writer, speaker or user is the client.
+
+`load_natural(name, data_dir, ...)` reads one of `NATURAL_DATASETS` from its distribution files
+in `data_dir` (`fedjax_het.data.natural_files`; nothing is downloaded) and returns a
+`FederatedSplit` whose clients are the files' clients:
+
+| name | clients | x | y | classes |
+| --- | --- | --- | --- | --- |
+| fed_emnist | 3,400 writers | [28, 28, 1] float32, 1 − pixels (ink = 1) | label | 62 |
+| fed_cifar100 | 500 (Pachinko over superclasses) | [32, 32, 3] float32 in [0, 1] | fine label | 100 |
+| shakespeare | 715 speaking roles | [80] int32 characters | [80] next characters | 90 |
+| stackoverflow | 342,477 users | [20] int32 words | [20] next words | 10,004 |
+
+(client counts of the full train files as TFF documents them). EMNIST's pixels are 1.0 on the
+background in TFF's and LEAF's files; FedJAX feeds `1 − pixels` to its CNN
+(fedjax/datasets/emnist.py), as here. Text is tokenised by `fedjax_het.data.text`.
+
+Clients: those with at least `min_examples` examples in the train file (counted as stored:
+images, snippets or posts) — and, with `local_test`, at least one test example — form the
+eligible population; `num_clients` of them are kept, all in file order when they are exactly
+`num_clients`, else a subsample drawn with `seed` (kept in file order); with `max_examples`, a
+client trains on its first `max_examples` rows only (TFF's StackOverflow benchmark: 256 posts,
+`max_elements_per_user`), which also bounds the padded layout. The global test set is
+the kept clients' test examples where the test file has any of them (EMNIST, Shakespeare,
+StackOverflow share writers between splits), else the whole test file (CIFAR-100's 100 test
+clients are others); `local_test` gives each kept client its own test examples.
+
+With `cache_dir` (and by default, in `<data_dir>/fedjax_het_cache`, when the run streams its
+cohorts, `stream=True`: large populations go straight to the memory-mapped layout), the packed
+federation is written once as .npy files under `cache_dir/<name>-<key>/` and opened as read-only `np.memmap` leaves, the host layout cohort
+streaming reads (`core.stream`); the key hashes the selection options and the source files'
+names, sizes and modification times, and the manifest keeps each file's SHA-256, so a source
+file that changes is detected (its hash is checked whenever its size or time differs) and the
+cache is rebuilt. Building it holds the kept clients' converted (unpadded) arrays in memory once;
+the padded layout is written client by client into the memmapped files, and later runs read only
+the cohorts' rows from them.
+
+Not read: LEAF's Sent140 (its tokens need LEAF's GloVe vocabulary) and CelebA (its x are image
+file names), FedJAX's CIFAR-100 SQLite files, TFF's `only_digits` EMNIST.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import lzma
+import os
+import shutil
+from typing import Callable
+
+import numpy as np
+
+from fedjax_het.data import natural_files, text
+from fedjax_het.data.federated import FederatedData, FederatedSplit
+from fedjax_het.options import ConfigError, OptionGroup, non_negative_int, option, positive_int
+
+FORMATS = ('fedjax_sqlite', 'tff_sqlite', 'tff_h5', 'leaf_json')
+
+
+@dataclasses.dataclass(frozen=True)
+class NaturalOptions(OptionGroup):
+  """The `natural` section: how partition='natural' reads a naturally partitioned set."""
+  key = 'natural'
+  format: str = option('auto', 'natural sets\' file format: auto (the first found of fedjax_sqlite, tff_sqlite, tff_h5, leaf_json) | ' + ' | '.join(FORMATS), choices=('auto', *FORMATS))
+  min_examples: int = option(1, 'natural sets: least train examples (images, snippets, posts as stored) a client needs to be kept', check=positive_int)
+  max_examples: int = option(0, 'natural sets: keep at most this many train rows (images, sequences) of each client, its first ones (TFF StackOverflow: 256); 0 = all', check=non_negative_int)
+  sequence_length: int = option(0, 'shakespeare / stackoverflow: tokens per sequence (0: the benchmark\'s, 80 / 20)', check=non_negative_int)
+  vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000)', check=positive_int)
+  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True, else no cache')
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+  """One split's file per format: a file name, (file name, TFF split_name), or a LEAF folder."""
+  fedjax_sqlite: str | None
+  tff_sqlite: tuple[str, str] | None
+  tff_h5: str | None
+  leaf_json: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _NaturalSet:
+  """A naturally partitioned set: its files, features and (x, y) conversion.
+
+  `convert(features, options)` maps one client's features (arrays [n, ...] as read, LEAF's
+  under 'x' and 'y') to (x [m, ...], y [m, ...]).
+  """
+  train: _Split
+  test: _Split
+  shapes: dict  # TFF tf.Example features read and their per-example shapes
+  convert: Callable
+  num_classes: Callable  # options -> int
+  x_dtype: type
+  origin: str
+
+
+def _emnist(features, options):
+  del options
+  if 'pixels' in features:  # TFF / FedJAX: [n, 28, 28] with label [n]
+    pixels, labels = features['pixels'], features['label']
+  else:  # LEAF: x [n, 784]
+    pixels, labels = np.asarray(features['x'], np.float32), features['y']
+  x = 1.0 - np.asarray(pixels, np.float32).reshape(-1, 28, 28, 1)
+  return x, np.asarray(labels, np.int32)
+
+
+def _cifar100(features, options):
+  del options
+  x = np.asarray(features['image'], np.float32).reshape(-1, 32, 32, 3) * np.float32(1 / 255)
+  return x, np.asarray(features['label'], np.int32)
+
+
+def _shakespeare(features, options):
+  length = options.sequence_length or text.SHAKESPEARE_SEQUENCE_LENGTH
+  if 'snippets' in features:
+    return text.shakespeare_sequences(features['snippets'], length)
+  if options.sequence_length not in (0, text.SHAKESPEARE_SEQUENCE_LENGTH):
+    raise ConfigError('LEAF\'s Shakespeare examples are 80 characters; natural.sequence_length '
+                      'must be 0 or 80.')
+  return text.leaf_shakespeare_sequences(list(features['x']), list(features['y']))
+
+
+def _stackoverflow(features, options):
+  return text.stackoverflow_sequences(
+      features['tokens'], options.vocab,
+      options.sequence_length or text.STACKOVERFLOW_SEQUENCE_LENGTH)
+
+
+NATURAL_SETS = {
+    'fed_emnist': _NaturalSet(
+        train=_Split('federated_emnist_train.sqlite', ('emnist_all.sqlite', 'all_train'),
+                     'fed_emnist_train.h5', 'train'),
+        test=_Split('federated_emnist_test.sqlite', ('emnist_all.sqlite', 'all_test'),
+                    'fed_emnist_test.h5', 'test'),
+        shapes={'pixels': (28, 28), 'label': ()}, convert=_emnist,
+        num_classes=lambda options: 62, x_dtype=np.float32,
+        origin='FedJAX: storage.googleapis.com/gresearch/fedjax/emnist/federated_emnist_'
+               '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
+               'emnist_all.sqlite.lzma or fed_emnist.tar.bz2 (HDF5); LEAF: femnist '
+               'data/train/, data/test/'),
+    'fed_cifar100': _NaturalSet(
+        train=_Split(None, None, 'fed_cifar100_train.h5', None),
+        test=_Split(None, None, 'fed_cifar100_test.h5', None),
+        shapes={}, convert=_cifar100, num_classes=lambda options: 100, x_dtype=np.float32,
+        origin='TFF: storage.googleapis.com/tff-datasets-public/fed_cifar100.tar.bz2, '
+               'extracted'),
+    'shakespeare': _NaturalSet(
+        train=_Split('shakespeare_train.sqlite', ('shakespeare.sqlite', 'train'),
+                     'shakespeare_train.h5', 'train'),
+        test=_Split('shakespeare_test.sqlite', ('shakespeare.sqlite', 'test'),
+                    'shakespeare_test.h5', 'test'),
+        shapes={'snippets': ()}, convert=_shakespeare,
+        num_classes=lambda options: text.SHAKESPEARE_VOCAB, x_dtype=np.int32,
+        origin='FedJAX: storage.googleapis.com/gresearch/fedjax/shakespeare/shakespeare_'
+               '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
+               'shakespeare.sqlite.lzma or shakespeare.tar.bz2 (HDF5); LEAF: shakespeare '
+               'data/train/, data/test/'),
+    'stackoverflow': _NaturalSet(
+        train=_Split('stackoverflow_train.sqlite', ('stackoverflow.sqlite', 'train'),
+                     'stackoverflow_train.h5', None),
+        test=_Split('stackoverflow_test.sqlite', ('stackoverflow.sqlite', 'test'),
+                    'stackoverflow_test.h5', None),
+        shapes={'tokens': ()}, convert=_stackoverflow,
+        num_classes=lambda options: text.NUM_RESERVED + options.vocab_size + 1,
+        x_dtype=np.int32,
+        origin='FedJAX: storage.googleapis.com/gresearch/fedjax/stackoverflow/stackoverflow_'
+               '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
+               'stackoverflow.sqlite.lzma or stackoverflow.tar.bz2 (HDF5); and the vocabulary '
+               'stackoverflow.word_count (TFF stackoverflow.word_count.tar.bz2)'),
+}
+NATURAL_DATASETS = tuple(NATURAL_SETS)
+WORD_COUNT_FILE = 'stackoverflow.word_count'
+
+
+def _describe(split: _Split, fmt: str) -> str:
+  entry = getattr(split, fmt)
+  if fmt == 'tff_sqlite':
+    return f'{entry[0]}[.lzma] (split {entry[1]!r})'
+  if fmt == 'leaf_json':
+    return f'{entry}/*.json'
+  return entry + ('[.lzma]' if fmt == 'fedjax_sqlite' else '')
+
+
+def _source(data_dir: str, split: _Split, fmt: str) -> str | None:
+  """The path of `split`'s file (or its .lzma) in format `fmt` under data_dir, if there."""
+  entry = getattr(split, fmt)
+  if entry is None:
+    return None
+  path = os.path.join(data_dir, entry[0] if fmt == 'tff_sqlite' else entry)
+  if fmt == 'leaf_json':
+    return path if os.path.isdir(path) else None
+  for candidate in (path, path + '.lzma'):
+    if os.path.isfile(candidate):
+      return candidate
+  return None
+
+
+def _missing(name: str, data_dir: str) -> ValueError:
+  spec = NATURAL_SETS[name]
+  choices = '; or '.join(
+      ' and '.join(dict.fromkeys(_describe(s, fmt) for s in (spec.train, spec.test)))
+      for fmt in FORMATS if getattr(spec.train, fmt) is not None)
+  extra = f' plus {WORD_COUNT_FILE}' if name == 'stackoverflow' else ''
+  return ValueError(f'Dataset {name!r}: no file of it in data_dir={data_dir}; put {choices}'
+                    f'{extra} there ({spec.origin}).')
+
+
+def _decompressed(path: str, scratch: str) -> str:
+  """`path` itself, or for a `.lzma` download its decompressed copy in `scratch` (made once)."""
+  if not path.endswith('.lzma'):
+    return path
+  target = os.path.join(scratch, os.path.basename(path)[:-len('.lzma')])
+  if not os.path.isfile(target):
+    os.makedirs(scratch, exist_ok=True)
+    try:
+      with lzma.open(path) as src, open(target + '.part', 'wb') as dst:
+        shutil.copyfileobj(src, dst, 1 << 24)
+    except (OSError, lzma.LZMAError, EOFError) as e:
+      raise ValueError(f'{path} does not decompress (truncated or corrupt: {e}).') from e
+    os.replace(target + '.part', target)
+  return target
+
+
+def _reader(path: str, split: _Split, fmt: str, shapes):
+  if fmt == 'tff_h5':
+    return natural_files.TffH5(path)
+  if fmt == 'fedjax_sqlite':
+    return natural_files.FedjaxSqlite(path)
+  if fmt == 'tff_sqlite':
+    return natural_files.TffSqlite(path, split.tff_sqlite[1], shapes)
+  return natural_files.LeafJson(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+  """A set's options as the conversion reads them (the vocabulary of StackOverflow)."""
+  sequence_length: int
+  vocab: dict | None
+
+
+def _fingerprint(path: str) -> dict:
+  """Name, size and modification time of a source file (every *.json of a LEAF folder)."""
+  paths = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith('.json')) \
+      if os.path.isdir(path) else [path]
+  return {p: [os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths}
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 24), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _pack(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype, allocate) -> FederatedData:
+  """Per-client (x [n_i, ...], y [n_i, ...]) → a zero-padded FederatedData; `allocate(name,
+  shape, dtype)` gives the zeroed arrays (numpy or memmap)."""
+  counts = np.array([len(y) for _, y in clients], np.int32)
+  longest = int(counts.max())
+  x = allocate('x', (len(clients), longest, *clients[0][0].shape[1:]), x_dtype)
+  y = allocate('y', (len(clients), longest, *clients[0][1].shape[1:]), np.int32)
+  for i, (xi, yi) in enumerate(clients):
+    x[i, :len(yi)] = xi
+    y[i, :len(yi)] = yi
+  out_counts = allocate('counts', counts.shape, np.int32)
+  out_counts[:] = counts
+  return FederatedData(x=x, y=y, counts=out_counts)
+
+
+def _converted(spec, reader, ids, resolved, limit: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The clients' (x, y) in `ids` order, each cut to its first `limit` rows (0: all)."""
+  raw = reader.read(ids)
+  cut = slice(limit or None)
+  return [tuple(a[cut] for a in spec.convert(raw[cid], resolved)) for cid in ids]
+
+
+def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
+                 options: NaturalOptions, local_test: bool = False,
+                 stream: bool = False) -> FederatedSplit:
+  """The natural federation of `name` from the files in `data_dir` (module docstring).
+
+  Returns:
+    A FederatedSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
+    [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
+    conversion: images, or sequences); test_x/test_y the global test set; local_test per
+    client with `local_test`; client_ids the files' ids of the train rows. With
+    `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
+    to `<data_dir>/fedjax_het_cache`), the leaves are np.memmap.
+
+  Raises:
+    ValueError: unknown name, a missing data_dir or files (one line naming what to put where),
+      unreadable or inconsistent files, or too few eligible clients.
+  """
+  if name not in NATURAL_SETS:
+    raise ValueError(f'Unknown natural dataset {name!r}; known: {", ".join(NATURAL_DATASETS)}.')
+  spec = NATURAL_SETS[name]
+  if not data_dir or not os.path.isdir(os.path.expanduser(data_dir)):
+    raise ValueError(f'Dataset {name!r} is read from its files: data_dir={data_dir or "(empty)"} '
+                     f'is not a directory; pass --config.data_dir=DIR holding them '
+                     f'({spec.origin}).')
+  data_dir = os.path.expanduser(data_dir)
+  if name != 'stackoverflow' and options.vocab_size != text.STACKOVERFLOW_VOCAB_WORDS:
+    raise ConfigError(f'natural.vocab_size is the StackOverflow vocabulary; dataset {name!r} '
+                      'has its own, leave it at 10000.')
+  if name in ('fed_emnist', 'fed_cifar100') and options.sequence_length:
+    raise ConfigError(f'natural.sequence_length is for text sets; dataset {name!r} has images, '
+                      'leave it at 0.')
+  formats = FORMATS if options.format == 'auto' else (options.format,)
+  found = [f for f in formats if _source(data_dir, spec.train, f)]
+  if not found:
+    if options.format != 'auto' and getattr(spec.train, options.format) is None:
+      raise ConfigError(f'natural.format={options.format!r} has no files of {name!r}; use one '
+                        f'of {", ".join(f for f in FORMATS if getattr(spec.train, f))}.')
+    raise _missing(name, data_dir)
+  fmt = found[0]
+  cache_dir = options.cache_dir or (os.path.join(data_dir, 'fedjax_het_cache') if stream else '')
+  scratch = os.path.join(cache_dir or data_dir, 'decompressed')
+  paths = [_source(data_dir, s, fmt) for s in (spec.train, spec.test)]
+  if paths[1] is None:
+    raise ValueError(f'{data_dir} has {os.path.basename(paths[0])} but not the test split '
+                     f'{_describe(spec.test, fmt)}.')
+  vocab = None
+  if name == 'stackoverflow':
+    counts_path = os.path.join(data_dir, WORD_COUNT_FILE)
+    if not os.path.isfile(counts_path):
+      raise ValueError(f'Dataset stackoverflow needs its vocabulary {WORD_COUNT_FILE} in '
+                       f'{data_dir} (TFF stackoverflow.word_count.tar.bz2, extracted).')
+    vocab = text.read_word_counts(counts_path, options.vocab_size)
+    paths.append(counts_path)
+  resolved = _Resolved(options.sequence_length, vocab)
+  cache = None
+  if cache_dir:
+    key = {'name': name, 'format': fmt, 'num_clients': num_clients, 'seed': seed,
+           'local_test': local_test, 'min_examples': options.min_examples,
+           'max_examples': options.max_examples,
+           'sequence_length': options.sequence_length, 'vocab_size': options.vocab_size,
+           'sources': [os.path.abspath(p) for p in paths]}
+    cache = _Cache(os.path.join(cache_dir, name + '-' + hashlib.sha256(
+        json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]), paths)
+    cached = cache.load()
+    if cached is not None:
+      return dataclasses.replace(cached, num_classes=spec.num_classes(options))
+  train_reader, test_reader = (
+      _reader(_decompressed(p, scratch), s, fmt, spec.shapes)
+      for p, s in zip(paths, (spec.train, spec.test)))
+  ids, sizes = train_reader.sizes()
+  test_ids, _ = test_reader.sizes()
+  eligible = sizes >= options.min_examples
+  if local_test:
+    eligible &= np.isin(np.asarray(ids, object), np.asarray(test_ids, object))
+  pool = np.flatnonzero(eligible)
+  if num_clients > pool.size:
+    raise ConfigError(f'{paths[0]} has {pool.size} clients with >= {options.min_examples} '
+                      f'examples{" and a test split" if local_test else ""}; num_clients='
+                      f'{num_clients} is too many (set num_clients <= {pool.size}).')
+  if num_clients < pool.size:
+    pool = np.sort(np.random.default_rng(seed).choice(pool, num_clients, replace=False))
+  kept = [ids[i] for i in pool]
+  shared = set(kept) & set(test_ids)
+  train = _converted(spec, train_reader, kept, resolved, options.max_examples)
+  tests = _converted(spec, test_reader, [c for c in test_ids if c in shared] or test_ids,
+                     resolved)
+  test_x = np.concatenate([x for x, _ in tests]).astype(spec.x_dtype)
+  test_y = np.concatenate([y for _, y in tests])
+  local = None
+  if local_test:
+    by_id = dict(zip([c for c in test_ids if c in shared], tests))
+    local = [by_id[c] for c in kept]
+  if cache is not None:
+    return dataclasses.replace(cache.write(train, local, test_x, test_y, spec.x_dtype, kept),
+                               num_classes=spec.num_classes(options))
+  zeros = lambda _, shape, dtype: np.zeros(shape, dtype)
+  return FederatedSplit(
+      train=_pack(train, spec.x_dtype, zeros), test_x=test_x, test_y=test_y,
+      local_test=None if local is None else _pack(local, spec.x_dtype, zeros),
+      num_classes=spec.num_classes(options), client_ids=tuple(kept))
+
+
+class _Cache:
+  """A packed natural federation as .npy files in `directory`, valid while its sources are
+  unchanged (`manifest.json`: each source's size, modification time and SHA-256)."""
+
+  def __init__(self, directory: str, sources: list[str]):
+    self.directory, self.sources = directory, sources
+    self.manifest = os.path.join(directory, 'manifest.json')
+
+  def _path(self, name):
+    return os.path.join(self.directory, name + '.npy')
+
+  def load(self) -> FederatedSplit | None:
+    """The cached split, or None if there is none or a source file changed."""
+    try:
+      with open(self.manifest) as f:
+        manifest = json.load(f)
+    except (OSError, ValueError):
+      return None
+    for source in self.sources:
+      for path, (size, mtime) in _fingerprint(source).items():
+        stored = manifest['sources'].get(path)
+        if stored is None:
+          return None
+        if [size, mtime] != stored[:2] and _sha256(path) != stored[2]:
+          return None
+    mapped = lambda name: np.load(self._path(name), mmap_mode='r')
+    train = FederatedData(*(mapped(f'train_{k}') for k in ('x', 'y', 'counts')))
+    local = (FederatedData(*(mapped(f'local_{k}') for k in ('x', 'y', 'counts')))
+             if manifest['local_test'] else None)
+    return FederatedSplit(train=train, test_x=np.load(self._path('test_x')),
+                          test_y=np.load(self._path('test_y')), local_test=local,
+                          num_classes=0, client_ids=tuple(manifest['client_ids']))
+
+  def write(self, train, local, test_x, test_y, x_dtype, client_ids) -> FederatedSplit:
+    """Writes the packed arrays and the manifest (last), then opens them as `load` does."""
+    try:
+      os.makedirs(self.directory, exist_ok=True)
+      if os.path.exists(self.manifest):
+        os.remove(self.manifest)
+      for prefix, clients in (('train', train), ('local', local)):
+        if clients is not None:
+          packed = _pack(clients, x_dtype, lambda name, shape, dtype, p=prefix:
+                         np.lib.format.open_memmap(self._path(f'{p}_{name}'), 'w+', dtype,
+                                                   shape))
+          for leaf in (packed.x, packed.y, packed.counts):
+            leaf.flush()
+      np.save(self._path('test_x'), test_x)
+      np.save(self._path('test_y'), test_y)
+      sources = {}
+      for source in self.sources:
+        for path, stat in _fingerprint(source).items():
+          sources[path] = [*stat, _sha256(path)]
+      with open(self.manifest + '.part', 'w') as f:
+        json.dump({'sources': sources, 'local_test': local is not None,
+                   'client_ids': list(client_ids)}, f)
+      os.replace(self.manifest + '.part', self.manifest)
+    except OSError as e:
+      raise ValueError(f'cannot write the natural-data cache {self.directory} ({e}); set '
+                       'natural.cache_dir to a writable directory.') from e
+    return self.load()

@@ -1,0 +1,297 @@
+"""Natural federated sets (fedjax_het.data.natural*): readers of every format on files written
+here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming
+and one CLI run per format."""
+import json
+import lzma
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import cli, evaluation, models
+from fedjax_het.data import natural, natural_files, text
+from fedjax_het.data.natural import NaturalOptions, load_natural
+import natural_writers as nw
+
+FORMATS = natural.FORMATS
+
+
+def options(**kw):
+  return NaturalOptions(**{**dict(format='auto', min_examples=1, max_examples=0, sequence_length=0,
+                                  vocab_size=10000, cache_dir=''), **kw})
+
+
+def file_order(fmt, ids):
+  """The clients' order in a format's files: LEAF's shard by shard (nw.write_leaf deals the
+  users round-robin to 2 shards), TFF's SQLite and HDF5 by sorted id, FedJAX's by row."""
+  ids = list(ids)
+  return ids[0::2] + ids[1::2] if fmt == 'leaf_json' else \
+      sorted(ids) if fmt in ('tff_sqlite', 'tff_h5') else ids
+
+
+def stacked(clients, ids, feature):
+  return np.concatenate([clients[c][feature] for c in ids])
+
+
+@pytest.mark.parametrize('fmt', FORMATS)
+def test_emnist_writers_read_back_in_every_format(tmp_path, fmt):
+  train, test = nw.write_emnist(tmp_path, fmt)
+  split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0,
+                       options=options(format=fmt), local_test=True)
+  ids = file_order(fmt, nw.EMNIST_TRAIN_SIZES)
+  assert split.client_ids == tuple(ids)
+  np.testing.assert_array_equal(split.train.counts, [nw.EMNIST_TRAIN_SIZES[c] for c in ids])
+  assert split.num_classes == 62 and split.train.x.shape == (4, 5, 28, 28, 1)
+  for i, cid in enumerate(ids):
+    n = nw.EMNIST_TRAIN_SIZES[cid]
+    np.testing.assert_array_equal(split.train.x[i, :n, ..., 0], 1 - train[cid]['pixels'])
+    np.testing.assert_array_equal(split.train.y[i, :n], train[cid]['label'])
+    assert not split.train.x[i, n:].any() and not split.train.y[i, n:].any()
+    np.testing.assert_array_equal(split.local_test.y[i, :split.local_test.counts[i]],
+                                  test[cid]['label'])
+  np.testing.assert_array_equal(split.test_y, stacked(test, ids, 'label'))
+  np.testing.assert_array_equal(split.test_x[..., 0], 1 - stacked(test, ids, 'pixels'))
+
+
+def test_natural_selection_keeps_eligible_clients_seeded(tmp_path):
+  nw.write_emnist(tmp_path, 'fedjax_sqlite')
+  opts = options(min_examples=2)
+  split = load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0, options=opts)
+  np.testing.assert_array_equal(split.train.counts, [3, 5, 2])
+  assert split.client_ids == ('f0000_14', 'f0002_02', 'f0003_33')  # f0001_41: 1 example
+  draws = {tuple(load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=s,
+                              options=opts).train.counts) for s in range(6)}
+  assert draws <= {(3, 5), (3, 2), (5, 2)} and len(draws) > 1  # subsets in file order
+  again = load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=3, options=opts)
+  first = load_natural('fed_emnist', str(tmp_path), num_clients=2, seed=3, options=opts)
+  np.testing.assert_array_equal(again.train.x, first.train.x)
+  capped = load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0,
+                        options=options(min_examples=2, max_examples=2))
+  np.testing.assert_array_equal(capped.train.counts, [2, 2, 2])
+  np.testing.assert_array_equal(capped.train.x, split.train.x[:, :2])
+  with pytest.raises(ValueError, match=r'has 3 clients with >= 2 examples; num_clients=4'):
+    load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=opts)
+
+
+def test_shakespeare_follows_fedjax_rule():
+  x, y = text.shakespeare_sequences([b'ABCD', b'E'], 3)
+  a, b, c, d, e = text.shakespeare_labels(b'ABCDE')
+  np.testing.assert_array_equal(x, [[1, a, b], [c, d, 2], [1, e, 0]])
+  np.testing.assert_array_equal(y, [[a, b, c], [d, 2, 1], [e, 2, 0]])
+  assert text.SHAKESPEARE_VOCAB == 90 and text.shakespeare_labels(b'{')[0] == 89  # OOV
+  assert set(text.shakespeare_labels(text.SHAKESPEARE_CHARS)) == set(range(3, 89))
+
+
+@pytest.mark.parametrize('fmt', FORMATS)
+def test_shakespeare_characters_round_trip(tmp_path, fmt):
+  nw.write_shakespeare(tmp_path, fmt)
+  split = load_natural('shakespeare', str(tmp_path), num_clients=3, seed=0, options=options())
+  inverse = {int(label): bytes([c]) for c, label in enumerate(text._CHAR_TABLE)
+             if label < 89}
+  first = split.train.x[0, 0]  # the first client in the file's order
+  decoded = b''.join(inverse.get(int(t), b'?') for t in first if t >= 3)
+  if fmt == 'leaf_json':
+    assert split.train.x.shape[1:] == (2, 80)
+    np.testing.assert_array_equal(split.train.y[:, :, :-1], split.train.x[:, :, 1:])
+  else:
+    ids = file_order(fmt, nw.SHAKESPEARE_TRAIN)
+    assert first[0] == text.BOS
+    assert decoded.startswith(nw.SHAKESPEARE_TRAIN[ids[0]][0])
+    expected = [text.shakespeare_sequences(nw.SHAKESPEARE_TRAIN[c], 80)[0].shape[0]
+                for c in ids]
+    np.testing.assert_array_equal(split.train.counts, expected)
+  assert split.num_classes == 90 and split.train.x.dtype == np.int32
+
+
+def test_stackoverflow_words_pad_truncate_and_oov(tmp_path):
+  nw.write_stackoverflow(tmp_path)
+  split = load_natural('stackoverflow', str(tmp_path), num_clients=2, seed=0,
+                       options=options(vocab_size=5, sequence_length=4))
+  assert split.num_classes == 3 + 5 + 1
+  the, to, i, a, is_ = range(3, 8)
+  oov = 8
+  np.testing.assert_array_equal(split.train.x[0, :2], [[1, i, oov, to], [1, the, is_, 0]])
+  np.testing.assert_array_equal(split.train.y[0, :2], [[i, oov, to, oov], [the, is_, 2, 0]])
+  np.testing.assert_array_equal(split.test_y, [[a, oov, 2, 0], [the, 2, 0, 0]])
+  with pytest.raises(ValueError, match='lists 5 words, fewer than the vocabulary of 6'):
+    load_natural('stackoverflow', str(tmp_path), num_clients=2, seed=0,
+                 options=options(vocab_size=6))
+
+
+def test_example_parser_reads_every_value_kind():
+  blob = nw.example({'pixels': np.array([[0.5, -1.0], [2.0, 3.0]], np.float32),
+                     'label': np.array([-3, 7, 300]), 'snippets': b'To be'})
+  parsed = natural_files.parse_example(blob)
+  np.testing.assert_array_equal(parsed['pixels'], [0.5, -1.0, 2.0, 3.0])
+  np.testing.assert_array_equal(parsed['label'], [-3, 7, 300])
+  assert parsed['snippets'] == [b'To be']
+  unpacked = nw.field(1, nw.field(1, nw.field(1, b'v') + nw.field(
+      2, nw.field(2, nw.float_field(1, 1.5) + nw.float_field(1, 2.5)))))
+  np.testing.assert_array_equal(natural_files.parse_example(unpacked)['v'], [1.5, 2.5])
+  with pytest.raises(natural_files.ProtoError):
+    natural_files.parse_example(blob[:-3])
+
+
+def one_line_error(match, call):
+  with pytest.raises(ValueError, match=match) as info:
+    call()
+  assert '\n' not in str(info.value)
+  return str(info.value)
+
+
+def test_missing_truncated_and_inconsistent_files_stop_in_one_line(tmp_path):
+  load = lambda fmt='auto', n=4: load_natural('fed_emnist', str(tmp_path), num_clients=n,
+                                              seed=0, options=options(format=fmt))
+  message = one_line_error('no file of it in data_dir', load)
+  for name in ('federated_emnist_train.sqlite', 'emnist_all.sqlite[.lzma]',
+               'fed_emnist_train.h5', 'train/*.json'):
+    assert name in message
+  nw.write_emnist(tmp_path, 'tff_h5')
+  nw.truncate(tmp_path / 'fed_emnist_train.h5')
+  one_line_error('fed_emnist_train.h5 is not a readable HDF5 file', load)
+  train = nw.emnist_clients(nw.EMNIST_TRAIN_SIZES, 0)
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_train.sqlite', train,
+                         num_examples={'f0002_02': 4})
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_test.sqlite', train)
+  one_line_error('client f0002_02 has num_examples=4 but features of lengths',
+                 lambda: load('fedjax_sqlite'))
+  nw.write_tff_sqlite(tmp_path / 'emnist_all.sqlite', {'all_train': train, 'all_test': train})
+  nw.truncate(tmp_path / 'emnist_all.sqlite', 0.3)
+  one_line_error('emnist_all.sqlite', lambda: load('tff_sqlite'))
+  for split in ('train', 'test'):
+    os.makedirs(tmp_path / split)
+    (tmp_path / split / 'a.json').write_text(json.dumps(
+        {'users': ['u'], 'num_samples': [2], 'user_data': {'u': {'x': [[0.0] * 784], 'y': [1]}}}))
+  one_line_error('user u has num_samples=2 but user_data', lambda: load('leaf_json', 1))
+
+
+def test_memmap_cache_is_reused_and_rebuilt_when_a_source_changes(tmp_path):
+  data = tmp_path / 'data'
+  data.mkdir()
+  nw.write_emnist(data, 'fedjax_sqlite')
+  opts = options(cache_dir=str(tmp_path / 'cache'))
+  plain = load_natural('fed_emnist', str(data), num_clients=4, seed=0, options=options())
+  cached = load_natural('fed_emnist', str(data), num_clients=4, seed=0, options=opts)
+  assert isinstance(cached.train.x, np.memmap)
+  for field in ('x', 'y', 'counts'):
+    np.testing.assert_array_equal(getattr(cached.train, field), getattr(plain.train, field))
+  np.testing.assert_array_equal(cached.test_x, plain.test_x)
+  # Read back from the cache: the source's examples are not decoded again.
+  reused = load_natural('fed_emnist', str(data), num_clients=4, seed=0, options=opts)
+  assert reused.train.x.filename == cached.train.x.filename
+  assert reused.client_ids == plain.client_ids == tuple(nw.EMNIST_TRAIN_SIZES)
+  # A changed source file: the cache is rebuilt from it.
+  sizes = {**nw.EMNIST_TRAIN_SIZES, 'f0002_02': 6}
+  nw.write_fedjax_sqlite(data / 'federated_emnist_train.sqlite.new',
+                         nw.emnist_clients(sizes, 0))
+  os.replace(data / 'federated_emnist_train.sqlite.new', data / 'federated_emnist_train.sqlite')
+  rebuilt = load_natural('fed_emnist', str(data), num_clients=4, seed=0, options=opts)
+  np.testing.assert_array_equal(rebuilt.train.counts, [3, 1, 6, 2])
+
+
+def test_token_loss_and_accuracy_leave_out_padding():
+  y = jnp.array([[5, 2, 0], [6, 7, 0]])  # targets: word, EOS, PAD
+  logits = jax.nn.one_hot(jnp.array([[5, 2, 9], [1, 7, 4]]), 10) * 50.0
+  ce = evaluation.cross_entropy(logits, y)
+  per_token = jax.vmap(jax.vmap(lambda l, t: -jax.nn.log_softmax(l)[t]))(logits, y)
+  np.testing.assert_allclose(ce, (per_token[0, :2].sum() + per_token[1, :2].sum()) / 6,
+                             rtol=1e-6)
+  evaluate = evaluation.make_evaluator(lambda p, x: logits[x[:, 0]], np.array([[0], [1]]),
+                                       np.asarray(y), batch_size=2)
+  metrics = evaluate(None)
+  assert float(metrics['accuracy']) == pytest.approx(2 / 3)  # 5 right, 6 wrong, 7 right; EOS out
+  np.testing.assert_allclose(metrics['loss'], (per_token[0, :2].sum() + per_token[1, :2].sum())
+                             / 4, rtol=1e-6)
+
+
+NATURAL_CONFIGS = os.path.join(os.path.dirname(cli.DEFAULT_CONFIG), 'natural')
+TINY = ['--config.rounds=2', '--config.rounds_per_call=1', '--config.local_steps=2', '--config.batch_size=2',
+        '--config.clients_per_round=2', '--config.eval_every=2', '--config.checkpoint_every=2',
+        '--config.progress=False']
+
+
+def cli_run(tmp_path, config, data, workdir, *overrides):
+  assert cli.main(['--config', os.path.join(NATURAL_CONFIGS, config), '--workdir',
+                   str(tmp_path / workdir), f'--config.data_dir={data}', *TINY,
+                   *overrides]) == 0
+  with open(tmp_path / workdir / 'summary.json') as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize('fmt', FORMATS)
+def test_a_run_per_format_trains_through_the_cli(tmp_path, fmt):
+  """F-EMNIST with an MLP in three formats, Shakespeare's LSTM in FedJAX's (one LSTM compile
+  keeps the suite fast; the readers of every format are checked above)."""
+  data = tmp_path / 'data'
+  data.mkdir()
+  if fmt != 'fedjax_sqlite':
+    nw.write_emnist(data, fmt)
+    summary = cli_run(tmp_path, 'fedavg_femnist.py', data, 'run', '--config.num_clients=4',
+                      "--config.model='mlp'", "--config.model_options={'hidden': (8,)}")
+  else:
+    nw.write_shakespeare(data, fmt)
+    summary = cli_run(tmp_path, 'fedavg_shakespeare.py', data, 'run', '--config.num_clients=3',
+                      "--config.model_options={'embed': 4, 'hidden': (8,)}")
+  assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
+
+
+def test_streamed_natural_run_equals_the_on_device_run(tmp_path):
+  data = tmp_path / 'data'
+  data.mkdir()
+  nw.write_emnist(data, 'fedjax_sqlite')
+  common = ['--config.num_clients=4', "--config.model='mlp'",
+            "--config.model_options={'hidden': (8,)}"]
+  on_device = cli_run(tmp_path, 'fedavg_femnist.py', data, 'device', *common)
+  streamed = cli_run(tmp_path, 'fedavg_femnist.py', data, 'stream', *common,
+                     '--config.stream_cohorts=True')
+  assert os.listdir(data / 'fedjax_het_cache')  # streamed from the memmapped cache
+  assert streamed['final_test_accuracy'] == on_device['final_test_accuracy']
+  assert streamed['final_test_loss'] == on_device['final_test_loss']
+
+
+def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set(tmp_path):
+  rng = np.random.default_rng(0)
+  clients = lambda ids: {c: {'image': rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8),
+                             'label': rng.integers(0, 100, 2), 'coarse_label': np.zeros(2)}
+                         for c in ids}
+  train, test = clients(['0', '1', '2']), clients(['t0', 't1'])
+  nw.write_tff_h5(tmp_path / 'fed_cifar100_train.h5', train)
+  nw.write_tff_h5(tmp_path / 'fed_cifar100_test.h5', test)
+  split = load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0, options=options())
+  np.testing.assert_array_equal(np.rint(split.train.x[1] * 255), train['1']['image'])
+  np.testing.assert_array_equal(split.test_y, stacked(test, ['t0', 't1'], 'label'))
+  one_line_error('has 0 clients with >= 1 examples and a test split',
+                 lambda: load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0,
+                                      options=options(), local_test=True))
+
+
+def test_shakespeare_lstm_is_fedjax_size_and_predicts_every_position():
+  model = models.create_model('shakespeare_lstm', text.SHAKESPEARE_VOCAB)
+  shapes = jax.eval_shape(lambda k: models.init_params(model, k, (80,)), jax.random.PRNGKey(0))
+  assert sum(p.size for p in jax.tree.leaves(shapes)) == 820_522  # models/text.py
+  tiny = models.create_model('lstm', 90, embed=4, hidden=(8,))
+  params = jax.jit(lambda k: models.init_params(tiny, k, (5,)))(jax.random.PRNGKey(0))
+  apply = jax.jit(lambda t: tiny.apply({'params': params}, t))
+  tokens = np.arange(2 * 5).reshape(2, 5) % 90
+  logits = apply(tokens)
+  assert logits.shape == (2, 5, 90)
+  # Causal: the first position's logits do not read later tokens.
+  changed = apply(np.concatenate([tokens[:, :1], tokens[:, 1:] + 1], 1))
+  np.testing.assert_allclose(changed[:, 0], logits[:, 0], rtol=1e-6)
+  assert not np.allclose(changed[:, 1:], logits[:, 1:])
+
+
+def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path):
+  train, _ = nw.write_emnist(tmp_path, 'tff_sqlite')
+  source = tmp_path / 'emnist_all.sqlite'
+  (tmp_path / 'emnist_all.sqlite.lzma').write_bytes(lzma.compress(source.read_bytes()))
+  source.unlink()
+  split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options())
+  assert (tmp_path / 'decompressed' / 'emnist_all.sqlite').is_file()
+  np.testing.assert_array_equal(split.train.y[0, :3], train['f0000_14']['label'])
+  (tmp_path / 'decompressed' / 'emnist_all.sqlite').unlink()
+  nw.truncate(tmp_path / 'emnist_all.sqlite.lzma')
+  one_line_error('emnist_all.sqlite.lzma does not decompress', lambda: load_natural(
+      'fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options()))
