@@ -36,10 +36,12 @@ def make(**overrides):
 
 
 class ShapesOnly:
-  """A model stand-in whose `init` returns parameter shapes in creation order.
+  """A model stand-in whose `init` returns zeros of the parameters' shapes in
+  creation order.
 
   ScaleFL reads only shapes and the creation order of a model's parameters
-  while it builds its levels, so the full-width ResNet-18 needs no arrays.
+  while it builds its levels, so the full-width ResNet-18 needs no real
+  initialisation.
   """
 
   def __init__(self, model):
@@ -56,7 +58,8 @@ class ShapesOnly:
 
     flat = flax.traverse_util.flatten_dict(jax.eval_shape(init, key))
     return {'params': flax.traverse_util.unflatten_dict(
-        {path: flat[path] for path in order})}
+        {path: jnp.zeros(flat[path].shape, flat[path].dtype)
+         for path in order})}
 
   def clone(self, **updates):
     return ShapesOnly(self.model.clone(**updates))

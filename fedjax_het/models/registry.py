@@ -5,6 +5,7 @@ import functools
 from typing import Any, Sequence
 
 import jax
+import flax
 import jax.numpy as jnp
 from flax import linen as nn
 
@@ -75,15 +76,30 @@ def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) ->
   """The `params` collection of `model` for inputs of shape `input_shape` (no batch axis).
 
   Apply with `model.apply({'params': params}, x, train=...)`; no model has other collections.
-  The initialisation is one compiled program per (model, input shape): run op by op, its many
-  small random and reshaping ops would each compile on their own; the values are the same.
+  The dicts are in creation (forward) order, as `model.init` returns them (ScaleFL's stages read
+  it). The initialisation is one compiled program per (model, input shape): run op by op, its
+  many small random and reshaping ops would each compile on their own; the values are the same.
   """
-  return _compiled_init(model, key, tuple(input_shape))
+  compiled, order = _init_program(model, tuple(input_shape))
+  flat = flax.traverse_util.flatten_dict(compiled(key))
+  return flax.traverse_util.unflatten_dict({path: flat[path] for path in order})
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _compiled_init(model: nn.Module, key: jax.Array, input_shape: tuple) -> dict:
-  return model.init(key, jnp.zeros((1, *input_shape), jnp.float32))['params']
+@functools.lru_cache(maxsize=None)
+def _init_program(model: nn.Module, input_shape: tuple):
+  """(jitted init of `model`'s params, their key paths in creation order).
+
+  A jitted function returns dicts with sorted keys, so the order is recorded
+  while it traces (on its first call, before `init_params` reads it).
+  """
+  order = []
+
+  def init(key):
+    params = model.init(key, jnp.zeros((1, *input_shape), jnp.float32))['params']
+    order.extend(flax.traverse_util.flatten_dict(params))
+    return params
+
+  return jax.jit(init), order
 
 
 def _key_name(entry) -> str:
