@@ -18,6 +18,31 @@ COLUMNS = (
 )
 
 
+def digits():
+  """The CPU-scaled setting (scaled_digits.py): 8×8 digits over n = 5 IID
+  clients, full participation, split LeNet-5, B = 16, one local epoch of 17
+  batches, η = 0.1, 30 rounds, 1/n averaging."""
+  c = base_config()
+  c.update(dataset='digits', model='split_lenet5', num_clients=5,
+           clients_per_round=5, partition='iid', batch_size=16,
+           local_steps=17, client_lr=0.1, rounds=30, eval_every=5,
+           checkpoint_every=30, aggregation_weights='uniform', progress=False)
+  c.model_options = {}
+  return c
+
+
+def server_orders(config, hs, orders=('natural', 'random')):
+  """Fig. 6's comparison: CSE-FSL for every h and server order."""
+  configs = {}
+  for h in hs:
+    for order in orders:
+      c = config.copy_and_resolve_references()
+      c.algorithm = 'cse_fsl'
+      c.split.update(upload_every=h, server_order=order)
+      configs[f'h={h} {order}'] = c
+  return configs
+
+
 def cifar10(iid: bool = True):
   """CIFAR-10, n = 5 clients, full participation, B = 50, one local epoch
   (200 batches), η = 0.15 decayed ×0.99 every 10 rounds, 200 rounds;

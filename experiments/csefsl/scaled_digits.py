@@ -20,8 +20,7 @@ Scaled setting: scikit-learn's 8×8 digits (1437 training images), n = 5 clients
 full participation, split LeNet-5 cut after conv2 (smashed 2×2×16 = 64 floats), MLP aux head,
 B = 16, one local epoch of 17 batches per round, η = 0.1, 30 rounds; CSE-FSL h ∈ {1, 5}.
 """
-from csefsl_setup import COLUMNS, family
-from fedjax_het.config import base_config
+from csefsl_setup import COLUMNS, digits, family
 
 TITLE = 'CSE-FSL scaled comparison: digits, 5 clients'
 # comparison_curves.png: accuracy against GB exchanged and against communication rounds.
@@ -29,12 +28,7 @@ CURVES = ('gb', 'comm_rounds')
 
 
 def get_configs():
-  c = base_config()
-  c.update(dataset='digits', model='split_lenet5', num_clients=5,
-           clients_per_round=5, partition='iid', batch_size=16,
-           local_steps=17, client_lr=0.1, rounds=30, eval_every=5,
-           checkpoint_every=30, aggregation_weights='uniform', progress=False)
-  c.model_options = {}
+  c = digits()
   configs = family(c, hs=(1, 5))
   configs['fedavg'] = c.copy_and_resolve_references()
   configs['fedavg'].algorithm = 'fedavg'

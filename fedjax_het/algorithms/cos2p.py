@@ -65,7 +65,9 @@ first dispatch after its last mask phase on (all rounds ≥ Q̂ once the
 stragglers of the mask rounds are back); a client in a mask round redraws
 its mask within that round, so there the charge is its previous mask (all
 units before its first mask phase), one mask phase behind. `schedule`
-beyond the current chunk is a projection with the masks held now. Fixed
+beyond the current chunk is a projection, never charged: the masks held
+now, or width R_w for a client that has not yet returned from a mask phase
+(so `experiments/cos2p`'s time budgets are fitted as before). Fixed
 `client_seconds`, and widths that are not learned (random, rolling, full:
 exactly ⌈R_w·U⌉ units), are charged as before, simulated once up front. Aggregation (Eqs. 4–5), per segment i (a head, a row, a
 LayerNorm, an exit head, the embedding; `models.vit.segment_specs`):
@@ -253,6 +255,7 @@ class Cos2p(FederatedAlgorithm):
         {k: np.ones((n,) + shape) for k, shape in model.unit_shapes().items()})
     self.charged = np.full((config.rounds, n), -1.0, np.float32)
     self.charge_until = 0
+    self.learned = np.zeros(n, bool)     # back from a mask phase
     self.schedule = self.make_schedule()
 
   # ---- the virtual clock -----------------------------------------------------
@@ -292,11 +295,14 @@ class Cos2p(FederatedAlgorithm):
                     dispatch_round: int) -> vit_cost.Submodel:
     """Client `client`'s window and width when dispatched in that round:
     the units of its held mask per trainable block where the clock charges
-    realised masks, else the width R_w."""
+    realised masks (a charge, or a projection once it has learned a mask),
+    else the width R_w."""
     offset = int(self.offsets(np.int32(dispatch_round))[client])
     depth = int(self.depth[client])
     blocks = ()
-    if self.charges_realised_masks:
+    if self.charges_realised_masks and (
+        dispatch_round < self.charge_until or self.learned[client] or
+        not self.options.mask_rounds):
       blocks = tuple(tuple(int(u) for u in kept) for kept in
                      self.held_kept[client, offset:offset + depth])
     return vit_cost.Submodel(
@@ -371,6 +377,10 @@ class Cos2p(FederatedAlgorithm):
       return super().prepare_rounds(state, first, count)
     self.charged = np.array(state.extras['charged_seconds'])
     self.held_kept = self.kept_counts(state.clients['mask'])
+    self.charge_until = first
+    past = self.make_schedule()             # rounds < first: as charged
+    self.learned = (past.arrivals[:first] & (past.dispatch_round[:first] <
+                                             self.options.mask_rounds)).any(0)
     self.charge_until = first + count
     self.schedule = self.make_schedule()
     state = state.replace(extras={
