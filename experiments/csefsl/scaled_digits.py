@@ -12,6 +12,9 @@ Measured:  (seed 0, 30 rounds, ≈4 min for all six on 2 shared CPU cores) acc l
            cse h=1 91.72 / 93.33 / 0.01333 / 34,924 / 2550 / 0.067
            cse h=5 85.39 / 94.17 / 0.005317 / 34,924 / 450 / 0.064
            fedavg 59.56 / 91.39 / – / – / – / 0.074
+           FSL_OC re-run after issue #29 (3 seeds, mean ± std; clipped at 1.2, csefsl_setup.FSL_OC_CLIP,
+           clients served in ascending id): 88.0 ± 0.3 / 93.6 ± 0.6; unclipped in ascending id
+           OC_NOCLIP; before (unclipped, sampled order): 92.1 ± 1.4 / 96.0 ± 1.6.
            Orderings: load MC = OC > AN = CSE h=1 > CSE h=5 (÷ ~2.5 here: the model exchange is a larger
            share on this small model); storage CSE ≈ OC ≪ MC < AN, as in Table V. Accuracy at 30
            rounds on digits does not reproduce the paper's MC > AN > CSE ordering (all reach 91-95%).
