@@ -14,7 +14,7 @@ Measured:  (seed 0, 30 rounds, ≈4 min for all six on 2 shared CPU cores) acc l
            fedavg 59.56 / 91.39 / – / – / – / 0.074
            FSL_OC re-run after issue #29 (3 seeds, mean ± std; clipped at 1.2, csefsl_setup.FSL_OC_CLIP,
            clients served in ascending id): 88.0 ± 0.3 / 93.6 ± 0.6; unclipped in ascending id
-           OC_NOCLIP; before (unclipped, sampled order): 92.1 ± 1.4 / 96.0 ± 1.6.
+           91.6 ± 0.7 / 96.3 ± 0.6; before (unclipped, sampled order): 92.1 ± 1.4 / 96.0 ± 1.6.
            Orderings: load MC = OC > AN = CSE h=1 > CSE h=5 (÷ ~2.5 here: the model exchange is a larger
            share on this small model); storage CSE ≈ OC ≪ MC < AN, as in Table V. Accuracy at 30
            rounds on digits does not reproduce the paper's MC > AN > CSE ordering (all reach 91-95%).
