@@ -60,11 +60,12 @@ of rounds the host reads every client's mask from the state and charges the
 chunk's dispatches with it; each charge is recorded in
 `extras['charged_seconds']` [Q, N] (float32), so later chunks and a resumed
 run replay the same clock. A dispatch is thus charged the mask its client
-holds at the chunk's start: exactly the mask it trains and uploads from its
-first dispatch after its last mask phase on (all rounds ≥ Q̂ once the
-stragglers of the mask rounds are back); a client in a mask round redraws
+holds at the chunk's start: exactly the mask it trains and uploads once its
+last mask-phase update has arrived before that chunk (with one-round chunks,
+every dispatch at a round ≥ Q̂ after it); a client in a mask round redraws
 its mask within that round, so there the charge is its previous mask (all
-units before its first mask phase), one mask phase behind. `schedule`
+units before its first mask phase), one mask phase behind, and a mask drawn
+within a chunk is charged from the next chunk on. `schedule`
 beyond the current chunk is a projection, never charged: the masks held
 now, or width R_w for a client that has not yet returned from a mask phase
 (so `experiments/cos2p`'s time budgets are fitted as before). Fixed
