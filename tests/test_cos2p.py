@@ -11,6 +11,7 @@ from fedjax_het import config as config_lib
 from fedjax_het.algorithms import cos2p
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
+from script_utils import load_script
 
 def cos2p_config(**cos2p_options):
   """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks."""
@@ -56,7 +57,7 @@ def test_stale_client_trains_from_its_dispatch_model():
   inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
                         algorithm.round_inputs(2, 1))
   plans = algorithm.plan_round(state, data, inputs)
-  assert int(plans.start_model[2]) == 2 and bool(plans.active[2])
+  assert int(plans.extras['staleness'][2]) == 2 and bool(plans.active[2])
   table = algorithm.start_models(state, plans)
   chex.assert_trees_all_equal(jax.tree.map(lambda t: t[2], table), w0)
   round0_key = jax.random.fold_in(jax.random.fold_in(jax.random.split(
@@ -71,14 +72,16 @@ def test_staleness_weights_match_a_hand_computation():
   rng = np.random.default_rng(0)
   noisy = lambda t: jax.tree.map(lambda p: p + jnp.asarray(
       rng.normal(size=p.shape), p.dtype), t)
-  state = state.replace(params=noisy(state.params), extras={
-      'past': jax.tree.map(lambda p: jnp.stack([p, p + 0.5]),
-                           noisy(state.params))})
+  params = noisy(state.params)
+  past = noisy(state.params)                  # w_{q−1}; w_{q−2} = w_{q−1} + ½
+  # Clients 0..3 were dispatched with w_q, w_{q−1}, w_{q−2}, w_q (τ = 0, 1, 2).
+  start = jax.tree.map(lambda p, h: jnp.stack([p, h, h + 0.5, p]), params,
+                       past)
+  state = state.replace(params=params, extras={'start': start})
   inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
                         algorithm.round_inputs(2, 1))
   plans = algorithm.plan_round(state, data, inputs)
-  plans = plans.replace(active=jnp.array([True, True, True, False]),
-                        start_model=jnp.array([0, 1, 2, 0]))
+  plans = plans.replace(active=jnp.array([True, True, True, False]))
   units = {k: jnp.asarray(rng.integers(0, 2, (4,) + s), jnp.float32)
            for k, s in algorithm.model.unit_shapes().items()}
   delta = noisy(jax.tree.map(jnp.zeros_like, jax.tree.map(
@@ -100,9 +103,8 @@ def test_staleness_weights_match_a_hand_computation():
         gammas = []
         for k in range(4):
           holds = units[kind][k, layer, unit] and plans.active[k]
-          tau = int(plans.start_model[k])
           drift = np.abs(entries(params) - entries(
-              jax.tree.map(lambda t: t[tau], table))).sum()
+              jax.tree.map(lambda t: t[k], table))).sum()
           size = entries(params).size
           gammas.append(holds * np.abs(entries(delta, k)).sum() /
                         (drift + size))
@@ -175,3 +177,129 @@ def test_bad_input_fails_with_one_line(key, value, message):
     config_lib.validate(config)
     build(config)
   assert '\n' not in str(info.value)
+
+
+# ---- the paper's defaults; the clock charges the realised masks ----------------
+def test_default_options_learn_masks():
+  """Alg. 2 l.3–12: masks are always learned (App. E: Q̂ = 20 / 10 / 10).
+  With default options every client leaves round 0 holding a learned mask
+  of its window, not all of its units."""
+  assert cos2p.Cos2pOptions().mask_rounds == 20
+  config = cos2p_config(budgets=(0.25,))              # R_w = 0.5, D = 1 of 2
+  algorithm, state, data = build(config)
+  state, _ = RoundRunner(algorithm, 'map').run(state, data, 1)
+  kept = algorithm.kept_counts(state.clients['mask'])[:, 0]  # block 0
+  units = [count for _, count in algorithm.model.unit_shapes().values()]
+  assert (kept < np.asarray(units)).any(axis=1).all()
+
+
+def block_units(masks: dict, client: int, layers: range) -> tuple:
+  """Kept (heads, proj, fc1, fc2) of each layer of `masks` {kind: [N, L, U]}."""
+  return tuple(tuple(int(np.sum(masks[k][client, layer]))
+                     for k in ('heads', 'proj', 'fc1', 'fc2'))
+               for layer in layers)
+
+
+def charged_against_masks(algorithm, masks_before, charged):
+  """Per dispatch (q, n): (charged seconds, the analytic cost of the units
+  of the mask client n held at round q's start, the cost at width R_w)."""
+  from fedjax_het.systems import vit_cost
+  o, shape = algorithm.options, algorithm.cost_shape()
+  device = vit_cost.device('agx64')
+  rows = []
+  for q, masks in enumerate(masks_before):
+    for n in np.flatnonzero(algorithm.schedule.dispatched[q]):
+      h, d = int(algorithm.offsets(np.int32(q))[n]), int(algorithm.depth[n])
+      common = dict(frozen=h, trainable=d, exits=1, train_embedding=h == 0,
+                    learns_mask=True)
+      seconds = lambda sub: np.float32(vit_cost.round_seconds(
+          shape, sub, device, train_samples=int(algorithm.counts[n]),
+          batch=algorithm.config.batch_size, epochs=o.epochs,
+          mask_epochs=o.mask_epochs if q < o.mask_rounds else 0,
+          bandwidth_bps=o.bandwidth_bps))
+      realised = seconds(vit_cost.Submodel(
+          blocks=block_units(masks, n, range(h, h + d)), **common))
+      nominal = seconds(vit_cost.Submodel(
+          width=vit_cost.Width.uniform(float(algorithm.width[n])), **common))
+      rows.append((charged[q, n], realised, nominal))
+  return np.asarray(rows)
+
+
+def test_clock_charges_the_realised_masks(tmp_path):
+  """The clock, RU and virtual time follow the submodel a client trains and
+  uploads: every dispatch is charged the analytic cost of the units of the
+  mask the client holds (chunks of one round), recorded in the state; from
+  round Q̂ on that is the mask it trains and uploads, whose kept fraction is
+  not R_w (Eq. 2's budget term is soft). A resumed run replays the clock."""
+  config = cos2p_config(budgets=(0.25,), client_seconds=(),
+                        device_types=('agx64',), mask_rounds=1)
+  config.rounds = 3
+  algorithm, state, data = build(config)
+  runner = RoundRunner(algorithm, 'map')
+  masks_before, uploaded = [], []
+  for q in range(3):
+    masks_before.append(jax.device_get(state.clients['mask']))
+    state, _ = runner.run(state, data, 1)
+    uploaded.append(jax.device_get(state.clients['units']))
+    if q == 1:
+      restored, _ = checkpoint_round_trip(str(tmp_path), 2, state,
+                                          build(config)[1])
+  charged = np.asarray(state.extras['charged_seconds'])
+  rows = charged_against_masks(algorithm, masks_before, charged)
+  assert len(rows) == 3 * 4 and (rows[:, 0] > 0).all()
+  np.testing.assert_array_equal(rows[:, 0], rows[:, 1])
+  assert (rows[4:, 1] != rows[4:, 2]).all()     # realised ≠ R_w after round 0
+  s = algorithm.schedule
+  np.testing.assert_array_equal(s.update_seconds[:3][s.arrivals[:3]],
+                                charged[:3][s.arrivals[:3]])
+  for q in (1, 2):   # no mask phase: the charged mask is trained, uploaded
+    for kind in algorithm.options.learned_units:
+      np.testing.assert_array_equal(uploaded[q][kind], masks_before[q][kind])
+  fresh, _, _ = build(config)
+  resumed, _ = RoundRunner(fresh, 'map').run(restored, data, 1)
+  np.testing.assert_array_equal(resumed.extras['charged_seconds'], charged)
+  np.testing.assert_array_equal(fresh.schedule.end_time, s.end_time)
+
+
+def test_no_mask_rounds_is_charged_full_width():
+  """Q̂ = 0 learns no mask: clients train their windows at full width, and
+  the clock charges full width, not R_w."""
+  config = cos2p_config(budgets=(0.25,), client_seconds=(),
+                        device_types=('agx64',), mask_rounds=0)
+  config.rounds = 2
+  algorithm, state, data = build(config)
+  runner = RoundRunner(algorithm, 'map')
+  masks_before = []
+  for _ in range(2):
+    masks_before.append(jax.device_get(state.clients['mask']))
+    state, _ = runner.run(state, data, 1)
+  for kind in algorithm.options.learned_units:
+    assert (np.asarray(state.clients['units'][kind]) == 1).all()
+  rows = charged_against_masks(algorithm, masks_before,
+                               np.asarray(state.extras['charged_seconds']))
+  np.testing.assert_array_equal(rows[:, 0], rows[:, 1])   # all units
+  assert (rows[:, 0] > rows[:, 2]).all()
+
+
+def test_self_distillation_is_eq3_as_written(monkeypatch):
+  """Eq. 3: KL_i = Σ_j σ(ŷ_i/t)_j ln(σ(ŷ_i/t)_j / σ(ŷ_c/t)_j), i.e.
+  KL(student‖teacher), by default and in the paper-scale configs."""
+  from fedjax_het.algorithms import self_distillation
+  assert cos2p.Cos2pOptions().kd_direction == 'paper'
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 5, 4)).astype(np.float32)
+  labels = rng.integers(0, 4, 5)
+  t = 3.0
+  _, kd = self_distillation.exit_terms(jnp.asarray(logits),
+                                       jnp.asarray(labels), 2, t, 'paper')
+  soft = lambda z: np.exp(z / t) / np.exp(z / t).sum(-1, keepdims=True)
+  student, teacher = soft(logits), soft(logits[2])[None]
+  expected = t**2 * (student * np.log(student / teacher)).sum(-1).mean(-1)
+  np.testing.assert_allclose(kd, expected, rtol=1e-5, atol=1e-7)
+  reverse = t**2 * (teacher * np.log(teacher / student)).sum(-1).mean(-1)
+  assert not np.allclose(kd[:2], reverse[:2], rtol=1e-3)
+  for name in ('e1_vit_tiny_imagenet200', 'e2_vit_base_imagenet300',
+               'e3_vit_base_ext_imagenet300'):
+    config = load_script(f'experiments/cos2p/{name}.py',
+                         monkeypatch).get_config()
+    assert config.cos2p.kd_direction == 'paper'

@@ -15,6 +15,7 @@ from fedjax_het.data import FederatedData, augment
 from fedjax_het.options import ConfigError
 from engine_utils import (assert_backends_agree, checkpoint_round_trip,
                           run_every_backend)
+from script_utils import load_script
 
 CLIENTS, EXAMPLES, SHAPE = 3, 20, (8, 8, 1)
 
@@ -179,8 +180,9 @@ def test_round_metrics_count_the_uploads_and_models():
 # ---- the server scan equals the interleaved protocol ---------------------------
 def interleaved_reference(method, state, data, h):
   """Client k's block b (h aux-loss SGD steps, upload the last batch's
-  pre-update smashed data), a server step; clients in natural order; block
-  after block; the trailing batches train the clients only; then FedAvg."""
+  pre-update smashed data), a server step; clients in ascending id (Eq. 11);
+  block after block; the trailing batches train the clients only; then
+  FedAvg."""
   plans = method.plan_round(state, data)
   model, lr, steps = method.model, 0.1, method.config.local_steps
   ce = optax.softmax_cross_entropy_with_integer_labels
@@ -211,7 +213,7 @@ def interleaved_reference(method, state, data, h):
            for _ in range(CLIENTS)]
   server = state.params['server']
   for block in range(steps // h):
-    for k in range(CLIENTS):
+    for k in np.argsort(np.asarray(plans.client_id)):
       for j in range(h):
         x, y = batch(k, block * h + j)
         local[k], smashed = client_step(local[k], x, y)
@@ -243,6 +245,93 @@ def test_server_order_and_upload_flags_change_only_the_server():
     chex.assert_trees_all_equal(other.params[part], natural.params[part])
   assert not np.allclose(other.params['server']['head']['kernel'],
                          natural.params['server']['head']['kernel'])
+
+
+def permuted(tree, perm):
+  """Every leaf of `tree` (leading cohort axis) reordered by `perm`."""
+  return jax.tree.map(lambda x: x[perm], tree)
+
+
+def sampled_unsorted_round(method, state, data):
+  """(state, plans) of the first round whose sampled cohort is not in
+  ascending client id (the property below could not fail otherwise)."""
+  for r in range(20):
+    state = state.replace(round=jnp.asarray(r, jnp.int32))
+    plans = method.plan_round(state, data)
+    ids = np.asarray(plans.client_id)
+    if (np.diff(ids) < 0).any():
+      return state, plans
+  raise AssertionError('every sampled cohort came in ascending order')
+
+
+@pytest.mark.parametrize('order,invariant', [('natural', True),
+                                             ('sampled', False)])
+def test_natural_server_order_is_ascending_client_id(order, invariant):
+  """Eq. 11 orders the server's steps 1..n: with 'natural' the server model
+  does not depend on the slot order the cohort was sampled in ('sampled'
+  keeps that order, so it does)."""
+  config = split_config(upload_every=2, server_order=order)
+  config.update(num_clients=CLIENTS, clients_per_round=CLIENTS)
+  method, state, data = build(config=config)
+  state, plans = sampled_unsorted_round(method, state, data)
+  outputs = method.local_phase(state, plans, data,
+                               RoundRunner(method, 'vmap').clients())
+  order_rows = np.asarray(method.arrival_order(state, plans, 2))
+  served = np.asarray(plans.client_id)[order_rows]
+  assert (np.diff(served, axis=1) > 0).all() == invariant
+  perm = np.argsort(np.asarray(plans.client_id))
+  server = method.train_server(state, plans, outputs)
+  sorted_server = method.train_server(state, permuted(plans, perm),
+                                      permuted(outputs, perm))
+  same = all(np.array_equal(a, b) for a, b in zip(
+      jax.tree.leaves(server), jax.tree.leaves(sorted_server)))
+  assert same == invariant
+
+
+def test_fsl_oc_serves_clients_in_ascending_id():
+  """FSL_OC's round robin (batch b of clients 1..K): the same server and
+  client models whatever slot order the cohort was sampled in."""
+  method, state, data = build('fsl_oc')
+  state, plans = sampled_unsorted_round(method, state, data)
+  perm = np.argsort(np.asarray(plans.client_id))
+  got = method.round_robin(state.params, plans, data)
+  expected = method.round_robin(state.params, permuted(plans, perm), data)
+  chex.assert_trees_all_equal(got.extras['server'], expected.extras['server'])
+  chex.assert_trees_all_equal(permuted(got.delta, perm), expected.delta)
+
+
+# ---- the experiment configs follow the paper ------------------------------------
+def csefsl_setup(monkeypatch):
+  return load_script('experiments/csefsl/csefsl_setup.py', monkeypatch)
+
+
+def test_fsl_oc_configs_clip_gradients(monkeypatch):
+  """FSL_OC "incorporates gradient clipping" (Sec. V): every FSL_OC config of
+  experiments/csefsl clips (the Table V rows ran unclipped before)."""
+  for name in ('table5_cifar10', 'table5_femnist', 'fig4_h_sweep',
+               'scaled_digits'):
+    configs = load_script(f'experiments/csefsl/{name}.py',
+                          monkeypatch).get_configs()
+    for label, config in configs.items():
+      assert (config.split.clip_norm > 0) == (label == 'fsl_oc'), label
+
+
+def test_femnist_stand_in_averages_with_one_over_n_and_one_epoch(monkeypatch):
+  """Eq. 14's 1/n average and one local epoch per client (Sec. V): client k
+  runs ⌈n_k / B⌉ batches and uploads ⌊M_k / h⌋ smashed batches."""
+  config = csefsl_setup(monkeypatch).femnist()
+  assert config.aggregation_weights == 'uniform'
+  assert config.split.round_steps == 'epoch'
+  small = split_config(upload_every=2, round_steps='epoch')
+  small.update(aggregation_weights=config.aggregation_weights)
+  method, state, data = build(config=small)
+  plans = method.plan_round(state, data)
+  steps = -(-np.asarray(data.counts)[np.asarray(plans.client_id)] // 4)
+  assert sorted(set(steps.tolist())) == [4, 5]      # unequal clients
+  np.testing.assert_array_equal(plans.num_steps, steps)
+  np.testing.assert_array_equal(plans.weight, np.ones(CLIENTS))
+  _, metrics = RoundRunner(method, 'vmap').run(state, data, 1)
+  assert int(metrics['comm_rounds'][0]) == int(np.sum(steps // 2))
 
 
 # ---- equivalences between methods ----------------------------------------------
@@ -319,7 +408,8 @@ def test_lr_schedule():
 @pytest.mark.parametrize('split,message', [
     ({'upload_every': 0}, 'split.upload_every'),
     ({'upload_every': 6}, 'split.upload_every'),
-    ({'server_order': 'reverse'}, 'split.server_order')])
+    ({'server_order': 'reverse'}, 'split.server_order'),
+    ({'round_steps': 'epochs'}, 'split.round_steps')])
 def test_bad_split_options_fail_with_one_line(split, message):
   with pytest.raises(ConfigError, match=message) as error:
     build(**split)

@@ -12,6 +12,9 @@ Measured:  (seed 0, 30 rounds, ≈4 min for all six on 2 shared CPU cores) acc l
            cse h=1 91.72 / 93.33 / 0.01333 / 34,924 / 2550 / 0.067
            cse h=5 85.39 / 94.17 / 0.005317 / 34,924 / 450 / 0.064
            fedavg 59.56 / 91.39 / – / – / – / 0.074
+           FSL_OC re-run after issue #29 (3 seeds, mean ± std; clipped at 1.2, csefsl_setup.FSL_OC_CLIP,
+           clients served in ascending id): 88.0 ± 0.3 / 93.6 ± 0.6; unclipped in ascending id
+           91.6 ± 0.7 / 96.3 ± 0.6; before (unclipped, sampled order): 92.1 ± 1.4 / 96.0 ± 1.6.
            Orderings: load MC = OC > AN = CSE h=1 > CSE h=5 (÷ ~2.5 here: the model exchange is a larger
            share on this small model); storage CSE ≈ OC ≪ MC < AN, as in Table V. Accuracy at 30
            rounds on digits does not reproduce the paper's MC > AN > CSE ordering (all reach 91-95%).
@@ -20,8 +23,7 @@ Scaled setting: scikit-learn's 8×8 digits (1437 training images), n = 5 clients
 full participation, split LeNet-5 cut after conv2 (smashed 2×2×16 = 64 floats), MLP aux head,
 B = 16, one local epoch of 17 batches per round, η = 0.1, 30 rounds; CSE-FSL h ∈ {1, 5}.
 """
-from csefsl_setup import COLUMNS, family
-from fedjax_het.config import base_config
+from csefsl_setup import COLUMNS, digits, family
 
 TITLE = 'CSE-FSL scaled comparison: digits, 5 clients'
 # comparison_curves.png: accuracy against GB exchanged and against communication rounds.
@@ -29,12 +31,7 @@ CURVES = ('gb', 'comm_rounds')
 
 
 def get_configs():
-  c = base_config()
-  c.update(dataset='digits', model='split_lenet5', num_clients=5,
-           clients_per_round=5, partition='iid', batch_size=16,
-           local_steps=17, client_lr=0.1, rounds=30, eval_every=5,
-           checkpoint_every=30, aggregation_weights='uniform', progress=False)
-  c.model_options = {}
+  c = digits()
   configs = family(c, hs=(1, 5))
   configs['fedavg'] = c.copy_and_resolve_references()
   configs['fedavg'].algorithm = 'fedavg'

@@ -266,6 +266,15 @@ class FederatedAlgorithm:
     del first, count
     return None
 
+  def prepare_rounds(self, state: ServerState, first: int,
+                     count: int) -> tuple[ServerState, PyTree]:
+    """(state, inputs) of rounds [first, first + count), before they run:
+    a method whose host-made inputs depend on the state so far (e.g. a
+    clock charging the submodels clients have learned) reads it here and
+    may record what it decided in the state. Default: the state unchanged
+    and `round_inputs(first, count)`."""
+    return state, self.round_inputs(first, count)
+
   # ---- round phase 2: local training ---------------------------------------
   def program_client_state(self, state: ServerState,
                            plans: ClientPlan) -> PyTree:

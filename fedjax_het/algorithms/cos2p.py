@@ -15,8 +15,9 @@ model w_k of the round k it was dispatched in:
    'none' h = 0 (the authors' code).
 2. Width masks (Eq. 2): one logit per MSA head and per output row of the
    attention projection, fc1 and fc2 of every block (`models.vit`), kept in
-   the client's persistent state. In rounds k < Q̂ (`mask_rounds`) the client
-   first trains the logits for Ê epochs with the weights frozen:
+   the client's persistent state. In rounds k < Q̂ (`mask_rounds`; App. E:
+   Q̂ = 20 for E1, 10 for E2/E3, default 20) the client first trains the
+   logits for Ê epochs with the weights frozen:
    M ~ Bern(σ(I)) with a straight-through estimator (`ste`: 'identity'
    ∂M/∂P = 1, the paper; 'probability' ∂M/∂P = P, the authors' Bern),
    loss CE(deepest exit) + λ1·|Σ M̂ / Σ size(M̂) − R_w| (the kept fraction
@@ -29,9 +30,10 @@ model w_k of the round k it was dispatched in:
    weight decay, App. E) on the masked submodel with
    Σ_i (1−λ2)·CE(ŷ_i, y) + λ2·T²·KL_i over the client's exits: after every
    shallower-or-equal client's window end h + D_i − 1 and its own; the
-   teacher is its deepest exit (stop-gradient); KL(teacher‖student) by
-   default (`kd_direction='standard'`, BYOT), the paper's literal
-   KL(student‖teacher) selectable; batch mean. Exit heads are personal
+   teacher is its deepest exit (stop-gradient); Eq. 3 as written,
+   KL_i = Σ_j σ(ŷ_i/t)_j ln(σ(ŷ_i/t)_j / σ(ŷ_c/t)_j) = KL(student‖teacher),
+   by default (`kd_direction='paper'`); KL(teacher‖student) (BYOT, the
+   authors' code) is `kd_direction='standard'`; batch mean. Exit heads are personal
    (`personal_heads`): a client trains its own, never overwritten by the
    server, and the server keeps a global head per exit depth aggregated
    from their deltas (A5), used for its own evaluation.
@@ -39,13 +41,36 @@ model w_k of the round k it was dispatched in:
 The server (Alg. 1) runs on a virtual clock (`systems.clock`): idle clients
 are dispatched at a round's start, the round closes ⌈μN⌉ arrivals plus
 T_clk seconds later, and stragglers arrive in later rounds with staleness τ.
-The schedule is simulated on the host before training and enters the
-compiled rounds as round inputs: slot n of every round is client n, active
-when its update arrives; it trains lazily at arrival from the global model
-of its dispatch round (row τ of a table of the last τ_max + 1 global
-models), with its key and window drawn from the dispatch round, which gives
-the same result as training at dispatch (the client's state cannot change
-while it is busy). Aggregation (Eqs. 4–5), per segment i (a head, a row, a
+The schedule is simulated on the host and enters the compiled rounds as
+round inputs: slot n of every round is client n, active when its update
+arrives; it trains lazily at arrival from the global model of its dispatch
+round (`extras['start']` row n: the model client n was dispatched with),
+with its key and window drawn from the dispatch round, which gives the same
+result as training at dispatch (the client's state cannot change while it
+is busy).
+
+What the clock charges (`charges_realised_masks`): with learned masks and
+the analytic cost model, a client's round time (compute and link) is that
+of the submodel it holds: its window with, per trainable block, the units
+its realised mask M keeps (`vit_cost.Submodel.blocks`), not the nominal
+width R_w (Eq. 2's budget term is a soft penalty, so the kept fraction is
+not R_w). The realised mask exists only once the client has trained, so
+the clock is simulated chunk by chunk (`prepare_rounds`): before each chunk
+of rounds the host reads every client's mask from the state and charges the
+chunk's dispatches with it; each charge is recorded in
+`extras['charged_seconds']` [Q, N] (float32), so later chunks and a resumed
+run replay the same clock. A dispatch is thus charged the mask its client
+holds at the chunk's start: exactly the mask it trains and uploads once its
+last mask-phase update has arrived before that chunk (with one-round chunks,
+every dispatch at a round ≥ Q̂ after it); a client in a mask round redraws
+its mask within that round, so there the charge is its previous mask (all
+units before its first mask phase), one mask phase behind, and a mask drawn
+within a chunk is charged from the next chunk on. `schedule`
+beyond the current chunk is a projection, never charged: the masks held
+now, or width R_w for a client that has not yet returned from a mask phase
+(so `experiments/cos2p`'s time budgets are fitted as before). Fixed
+`client_seconds`, and widths that are not learned (random, rolling, full:
+exactly ⌈R_w·U⌉ units), are charged as before, simulated once up front. Aggregation (Eqs. 4–5), per segment i (a head, a row, a
 LayerNorm, an exit head, the embedding; `models.vit.segment_specs`):
 
     γ_n^i = ‖Δ_n^i‖₁ / (‖w_q^i − w_{q−τ_n}^i‖₁ + size(w^i))
@@ -106,13 +131,13 @@ class Cos2pOptions(OptionGroup):
   learned_units: tuple = option(vit.UNIT_KINDS, 'unit kinds with learned masks; the others get random masks (Tab. 3)', check=subset_of(vit.UNIT_KINDS))
   optimizer: str = option('adan', 'client optimiser of the weights: adan (proximal weight decay, App. E) | sgd (client_momentum)', choices=('adan', 'sgd'))
   epochs: int = option(1, 'E: local epochs of weight training per round', check=positive_int)
-  mask_rounds: int = option(0, 'Q̂: clients dispatched in rounds < Q̂ train their masks first', check=non_negative_int)
+  mask_rounds: int = option(20, 'Q̂: clients dispatched in rounds < Q̂ train their masks first (App. E: 20 for E1, 10 for E2/E3; 0: no mask is learned and the clock charges full width)', check=non_negative_int)
   mask_epochs: int = option(1, 'Ê: epochs of mask training', check=positive_int)
   mask_lr: float = option(0.01, 'η̂: learning rate of the mask logits (Adan)', check=positive)
   lambda_budget: float = option(1.0, 'λ1 of Eq. 2', check=non_negative)
   lambda_kd: float = option(0.0, 'λ2 of Eq. 3 (self-distillation weight)', check=in_range(0, 1))
   temperature: float = option(3.0, 't of Eq. 3', check=positive)
-  kd_direction: str = option('standard', 'standard KL(teacher‖student) | paper (Eq. 3 literally: KL(student‖teacher))', choices=self_distillation.KD_DIRECTIONS)
+  kd_direction: str = option('paper', 'paper (Eq. 3 as written: KL(student‖teacher)) | standard (KL(teacher‖student), BYOT and the authors\' code)', choices=self_distillation.KD_DIRECTIONS)
   ste: str = option('identity', 'straight-through gradient of M ~ Bern(P): identity (paper) | probability (P·grad, authors\' code)', choices=('identity', 'probability'))
   final_mask: str = option('sample', 'the frozen mask after a mask phase: sample (one Bernoulli draw) | threshold (σ(I) > ½)', choices=('sample', 'threshold'))
   logit_init_std: float = option(0.01, 'std of the initial mask logits (p ≈ ½)', check=non_negative)
@@ -220,6 +245,18 @@ class Cos2p(FederatedAlgorithm):
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
             (1,) + tuple(data.x.shape[2:])))['params'])
     self.specs = vit.segment_specs(self.template)
+    # The clock's charges (module docstring): the kept units per client,
+    # block and kind of the masks last read from the state (none learned
+    # yet: all units), the seconds charged to each dispatch (−1: not yet),
+    # and the first round whose dispatches are not charged for good.
+    self.fixed_kept = {kind: np.asarray(kept_units(count, jnp.asarray(
+        self.width, jnp.float32))) for kind, (_, count) in
+                       model.unit_shapes().items()}
+    self.held_kept = self.kept_counts(
+        {k: np.ones((n,) + shape) for k, shape in model.unit_shapes().items()})
+    self.charged = np.full((config.rounds, n), -1.0, np.float32)
+    self.charge_until = 0
+    self.learned = np.zeros(n, bool)     # back from a mask phase
     self.schedule = self.make_schedule()
 
   # ---- the virtual clock -----------------------------------------------------
@@ -234,17 +271,47 @@ class Cos2p(FederatedAlgorithm):
         patch=m.patch, image=height, channels=channels,
         num_classes=m.num_classes)
 
+  @property
+  def charges_realised_masks(self) -> bool:
+    """Whether the clock charges the masks clients learn (module docstring):
+    learned widths on the analytic cost model."""
+    o = self.options
+    return (o.width_masks == 'learned' and bool(o.learned_units) and
+            not o.client_seconds)
+
+  def kept_counts(self, masks: dict) -> np.ndarray:
+    """int [N, L, 4]: the units (`vit.UNIT_KINDS` order) each client keeps
+    per block when it trains with its learned `masks` ({kind: [N, L, U]});
+    the kinds it does not learn keep ⌈R_w·U⌉ (their random masks)."""
+    kinds = []
+    for kind in vit.UNIT_KINDS:
+      if kind in self.options.learned_units:
+        kinds.append(np.asarray(masks[kind]).sum(-1).round())
+      else:
+        kinds.append(np.broadcast_to(self.fixed_kept[kind][:, None],
+                                     np.shape(masks[kind])[:2]))
+    return np.stack(kinds, -1).astype(np.int64)
+
   def cost_submodel(self, client: int,
                     dispatch_round: int) -> vit_cost.Submodel:
-    """Client `client`'s window and width when dispatched in that round."""
+    """Client `client`'s window and width when dispatched in that round:
+    the units of its held mask per trainable block where the clock charges
+    realised masks (a charge, or a projection once it has learned a mask),
+    else the width R_w."""
     offset = int(self.offsets(np.int32(dispatch_round))[client])
     depth = int(self.depth[client])
+    blocks = ()
+    if self.charges_realised_masks and (
+        dispatch_round < self.charge_until or self.learned[client] or
+        not self.options.mask_rounds):
+      blocks = tuple(tuple(int(u) for u in kept) for kept in
+                     self.held_kept[client, offset:offset + depth])
     return vit_cost.Submodel(
         frozen=offset, trainable=depth,
         width=vit_cost.Width.uniform(float(self.width[client])),
         exits=int(np.sum(np.unique(self.depth) <= depth)),
         train_embedding=offset == 0,
-        learns_mask=self.options.width_masks == 'learned')
+        learns_mask=self.options.width_masks == 'learned', blocks=blocks)
 
   def client_round_seconds(self) -> clock.Duration:
     """`duration(client, dispatch_round, index)` of a client round: the fixed
@@ -277,22 +344,62 @@ class Cos2p(FederatedAlgorithm):
     return duration
 
   def make_schedule(self) -> clock.Schedule:
+    """The clock over all rounds (module docstring): dispatches before
+    `charge_until` at their recorded charge, later ones projected."""
     o = self.options
     duration = clock.with_jitter(self.client_round_seconds(), o.jitter,
                                  self.config.seed)
+    if self.charges_realised_masks:
+      duration = self.recorded(duration)
     return clock.simulate(duration, num_clients=self.num_clients,
                           rounds=self.config.rounds, mu=o.mu, t_clk=o.t_clk,
                           tau_max=None if o.tau_max < 0 else o.tau_max)
 
+  def recorded(self, duration: clock.Duration) -> clock.Duration:
+    """`duration` as float32, charged once per dispatch: a dispatch before
+    `charge_until` keeps its recorded charge (`charged`) or records it."""
+
+    def charged(client: int, dispatch_round: int, index: int) -> float:
+      seconds = self.charged[dispatch_round, client]
+      if seconds < 0:
+        seconds = np.float32(duration(client, dispatch_round, index))
+        if dispatch_round < self.charge_until:
+          self.charged[dispatch_round, client] = seconds
+      return float(seconds)
+
+    return charged
+
+  def prepare_rounds(self, state: ServerState, first: int,
+                     count: int) -> tuple[ServerState, dict]:
+    """Charges the dispatches of rounds [first, first + count) with the
+    masks the clients hold in `state` and records them in
+    `extras['charged_seconds']` (module docstring); then `round_inputs`."""
+    if not self.charges_realised_masks:
+      return super().prepare_rounds(state, first, count)
+    self.charged = np.array(state.extras['charged_seconds'])
+    self.held_kept = self.kept_counts(state.clients['mask'])
+    self.charge_until = first
+    past = self.make_schedule()             # rounds < first: as charged
+    self.learned = (past.arrivals[:first] & (past.dispatch_round[:first] <
+                                             self.options.mask_rounds)).any(0)
+    self.charge_until = first + count
+    self.schedule = self.make_schedule()
+    state = state.replace(extras={
+        **state.extras, 'charged_seconds': jnp.asarray(self.charged)})
+    return state, self.round_inputs(first, count)
+
   def round_inputs(self, first: int, count: int) -> dict:
-    """Rounds [first, first + count) of the schedule, as compiled-round xs."""
+    """Rounds [first, first + count) of the schedule, as compiled-round xs;
+    'redispatch': the clients dispatched again at the next round's start
+    (their update arrived or was dropped)."""
     inputs = self.schedule.round_inputs(first, count)
-    busy = self.schedule.busy[first:first + count]
-    window = (self.schedule.end_time - self.schedule.start_time)[
-        first:first + count]
+    rows = slice(first, first + count)
+    busy = self.schedule.busy[rows]
+    window = (self.schedule.end_time - self.schedule.start_time)[rows]
     return {**inputs, 'busy_seconds': busy.astype(np.float32),
             'window_seconds': np.broadcast_to(
-                window[:, None], busy.shape).astype(np.float32)}
+                window[:, None], busy.shape).astype(np.float32),
+            'redispatch': inputs['arrives'] | self.schedule.dropped[rows]}
 
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
@@ -363,14 +470,15 @@ class Cos2p(FederatedAlgorithm):
         'units': self.round_units(dispatch, keys),
         'busy_seconds': inputs['busy_seconds'],
         'window_seconds': inputs['window_seconds'],
+        'staleness': inputs['staleness'],
+        'redispatch': inputs['redispatch'],
     }
     return ClientPlan(
         client_id=ids, key=keys,
         num_steps=o.epochs * batches,
         lr=jnp.full((n,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(ids), segment=jnp.zeros((n,), jnp.int32),
-        extras=extras, active=inputs['arrives'],
-        start_model=inputs['staleness'])
+        extras=extras, active=inputs['arrives'], start_model=ids)
 
   def client_key(self, state: ServerState, dispatch_round: jax.Array,
                  client: jax.Array) -> jax.Array:
@@ -416,16 +524,20 @@ class Cos2p(FederatedAlgorithm):
             'units': {k: jnp.ones((n,) + s) for k, s in shapes.items()}}
 
   def init_extras(self, params: PyTree) -> PyTree:
-    """The last τ_max global models (rows 1..τ_max of the start table; at
-    least one row, as checkpoints cannot hold empty arrays)."""
-    past = max(int(self.schedule.max_staleness), 1)
-    return {'past': jax.tree.map(
-        lambda p: jnp.broadcast_to(p, (past,) + p.shape), params)}
+    """'start': row n the model client n was dispatched with (w_0 for all);
+    with `charges_realised_masks`, 'charged_seconds' (module docstring)."""
+    n = self.num_clients
+    extras = {'start': jax.tree.map(
+        lambda p: jnp.broadcast_to(p, (n,) + p.shape), params)}
+    if self.charges_realised_masks:
+      extras['charged_seconds'] = jnp.asarray(self.charged)
+    return extras
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
-    """Row τ = w_{q−τ}: the current model, then the kept past ones."""
-    return jax.tree.map(lambda p, past: jnp.concatenate([p[None], past]),
-                        state.params, state.extras['past'])
+    """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
+    client n, `plans.start_model[n] = n`)."""
+    del plans
+    return state.extras['start']
 
   def run_client(self, shared, per_client) -> ClientOutput:
     """Starts from w_{q−τ} with the client's personal exit heads."""
@@ -578,11 +690,12 @@ class Cos2p(FederatedAlgorithm):
     else:
       update = self.staleness_weighted(state, plans, delta, units, active)
     params = jax.tree.map(jnp.add, state.params, update)
-    past = state.extras['past']
-    past = jax.tree.map(
-        lambda p, h: jnp.concatenate([p[None], h])[:h.shape[0]],
-        state.params, past)
-    return state.replace(params=params, extras={'past': past},
+    again = plans.extras['redispatch']        # dispatched with w_{q+1}
+    start = jax.tree.map(
+        lambda s, p: jnp.where(again.reshape((-1,) + (1,) * p.ndim), p[None],
+                               s), state.extras['start'], params)
+    return state.replace(params=params,
+                         extras={**state.extras, 'start': start},
                          clients=self.next_clients(state, plans, outputs))
 
   def staleness_weighted(self, state, plans, delta, units, active) -> PyTree:
@@ -590,8 +703,8 @@ class Cos2p(FederatedAlgorithm):
     table = self.start_models(state, plans)
     sizes = units_lib.segment_sizes(self.specs)
 
-    def gamma(d, tau, client_units, window):
-      start = jax.tree.map(lambda t: t[tau], table)
+    def gamma(d, row, client_units, window):
+      start = jax.tree.map(lambda t: t[row], table)           # w_{q−τ}
       drift = units_lib.unit_sums(
           jax.tree.map(jnp.subtract, state.params, start), self.specs, jnp.abs)
       norms = units_lib.unit_sums(d, self.specs, jnp.abs)
@@ -635,7 +748,7 @@ class Cos2p(FederatedAlgorithm):
         'virtual_seconds': plans.extras['window_seconds'][0],
         'busy_seconds': jnp.sum(plans.extras['busy_seconds']),
         'arrivals': jnp.sum(active).astype(jnp.float32),
-        'staleness': jnp.sum(jnp.where(active, plans.start_model,
+        'staleness': jnp.sum(jnp.where(active, plans.extras['staleness'],
                                        0)).astype(jnp.float32),
     }
 

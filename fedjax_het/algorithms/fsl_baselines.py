@@ -12,12 +12,15 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   (SplitFed-V1; the paper does not say). This is FedAvg on the
   composed model, computed through the cut.
 * FSL_OC ("one copy"): one server model serves every client in round-robin
-  order (batch b of clients 1..K, then batch b + 1, ...), so the cohort is
+  order (batch b of clients 1..K in ascending client id, then batch b + 1,
+  ...; `split_learning.slot_order`), so the cohort is
   serialised: `local_phase` is one `lax.scan` over (batch, client) pairs
   carrying the K client models and the server model; it does not use the
   client driver, and every backend runs the same scan. `split.clip_norm` > 0
-  clips the client's and the server's gradients to that global norm (the
-  paper adds clipping without a threshold).
+  clips the client's and the server's gradients to that global norm: the
+  paper adds "gradient clipping [56]" (Pascanu et al. 2013) without a
+  threshold, and the authors' code has no FSL_OC; the experiment configs set
+  it by Pascanu et al.'s heuristic (experiments/csefsl/csefsl_setup.py).
 """
 from typing import Any
 
@@ -26,7 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het.algorithms import split_accounting as accounting
-from fedjax_het.algorithms.split_learning import SplitLearning
+from fedjax_het.algorithms.split_learning import SplitLearning, slot_order
 from fedjax_het.core import batching, program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 
@@ -114,7 +117,7 @@ class FslOc(GradientReturn):
 
   def round_robin(self, params: PyTree, plans: ClientPlan,
                   data) -> ClientOutput:
-    """Batches b = 0..M−1, clients k = 0..K−1 in slot order, one scan.
+    """Batches b = 0..M−1, clients in ascending id within each, one scan.
 
     Client k's minibatches are those its program would draw
     (`batching.batch_indices` with its plan's key). Returns the client
@@ -126,10 +129,11 @@ class FslOc(GradientReturn):
     x, y, counts = data.x, data.y, jnp.asarray(data.counts)
     bound = batching.epochs_per_batch(batch_size, self.min_client_count)
     active = plans.is_active()
+    order = slot_order(plans.client_id, 'natural')
 
     def one(carry, t):
       clients_params, server, loss_sum = carry
-      s, k = t // cohort, t % cohort
+      s, k = t // cohort, order[t % cohort]
       plan = jax.tree.map(lambda a: a[k], plans)
       row = data.client_row(plan.client_id)
       idx = batching.batch_indices(

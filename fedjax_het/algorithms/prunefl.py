@@ -210,7 +210,7 @@ class PruneFL(Cos2p):
     return {k: mag[k] / self.unit_time[k] for k in vit.UNIT_KINDS}
 
   def init_extras(self, params):
-    """The full mask, no importance yet, magnitude scores; the 'past'
+    """The full mask, no importance yet, magnitude scores; the 'start'
     table of Co-S²P's engine."""
     zeros = {g: jnp.zeros(s) for g, s in units_lib.group_shapes(
         self.specs).items()}
@@ -245,8 +245,8 @@ class PruneFL(Cos2p):
     importance = out.client_state['importance']
     mask = self.reconfigured(full, importance, params, max_decrease=1.0)
     extras = {**state.extras, 'mask': mask, 'score': self.scores(importance),
-              'past': jax.tree.map(lambda p, h: jnp.broadcast_to(p, h.shape),
-                                   params, state.extras['past'])}
+              'start': jax.tree.map(lambda p, h: jnp.broadcast_to(p, h.shape),
+                                    params, state.extras['start'])}
     return state.replace(params=params, extras=extras)
 
   def scores(self, importance: dict) -> dict:

@@ -2,7 +2,9 @@
 Learning with Improved Communication and Storage Efficiency").
 
 A split model (`models.split`) has a client part x_c, an aux head a_c and a
-server part x_s. One round = one local epoch of M = `local_steps` batches:
+server part x_s. One round = one local epoch (Sec. V, E = 1) of M batches:
+M = `local_steps` for every client, or M_k = ⌈n_k / B⌉ per client with
+`split.round_steps='epoch'` (clients of unequal sizes):
 
 1. Every client trains (x_c, a_c) on the aux loss only (Eq. 8: one joint SGD
    step per batch, no gradient from the server); x_s is forward-free on the
@@ -14,8 +16,10 @@ server part x_s. One round = one local epoch of M = `local_steps` batches:
 2. The server takes one SGD step per uploaded batch (Eqs. 11-13) on ONE model,
    inside the round's jit as a `lax.scan` over the uploads in arrival order:
    block-major, client-minor (block 0 of clients 1..n, then block 1, ...), the
-   clients in natural order or a fresh random permutation per block
-   (`split.server_order`, Fig. 6); uploads of idle slots and of steps a
+   clients within a block in `split.server_order`: 'natural', ascending client
+   id (Eq. 11's order 1..n, Fig. 6's "ordered"), 'sampled', the cohort's
+   sampled order (redrawn every round), or 'random', a fresh random
+   permutation per block (Fig. 6's random order); uploads of idle slots and of steps a
    client did not run (`emitted_active`) are skipped. Since the clients never
    read x_s, this equals the interleaved protocol (client block, server
    step, ...) exactly.
@@ -46,6 +50,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_het import models
@@ -64,6 +69,7 @@ _SERVER_STREAM = 1_000_081
 _ORDER_STREAM = 1_000_099
 # Folded into a step's key: its augmentation, the client's dropout.
 _AUGMENT_KEY, _DROPOUT_KEY = 1, 2
+SERVER_ORDERS = ('natural', 'sampled', 'random')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +79,11 @@ class SplitOptions(OptionGroup):
   upload_every: int = option(1, 'h: one smashed batch uploaded every h local batches (CSE-FSL; ≤ local_steps)', check=positive_int)
   upload_batch: str = option('last', 'batch of a block uploaded: last (authors\' code) | first (Alg. 1)', choices=('last', 'first'))
   activations: str = option('pre', 'uploaded activations: pre (the training forward) | post (after the step, Eq. 11)', choices=('pre', 'post'))
-  server_order: str = option('natural', 'server steps per block in client order: natural | random (Fig. 6)', choices=('natural', 'random'))
+  server_order: str = option('natural', 'order of the server steps within a block: natural (ascending client id, Eq. 11 and Fig. 6\'s "ordered") | sampled (the cohort\'s sampled order) | random (a fresh permutation per block, Fig. 6)', choices=SERVER_ORDERS)
   server_copies: str = option('one', 'CSE-FSL: one shared server model | per_client copies averaged each round (FSL_AN)', choices=('one', 'per_client'))
   lr_decay: float = option(1.0, 'η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ for every part (CIFAR-10: 0.99)', check=in_range(0, 1))
   lr_decay_every: int = option(10, 'rounds between lr decays', check=positive_int)
+  round_steps: str = option('local_steps', 'batches per client and round: local_steps (config.local_steps, every client) | epoch (⌈n_k / B⌉: one local epoch of each client, Sec. V)', choices=('local_steps', 'epoch'))
   clip_norm: float = option(0.0, 'FSL_OC: global-norm clip of client and server gradients (0: off)', check=non_negative)
 
 
@@ -100,6 +107,8 @@ class SplitLearning(FederatedAlgorithm):
           'split_cifar_cnn, split_emnist_cnn, split_lenet5, got '
           f'{config.model!r}.')
     self.split = SplitOptions.from_config(config)
+    # ⌈n_k / B⌉: one local epoch of every client (`round_steps='epoch'`).
+    self.epoch_steps = -(-np.asarray(data.counts) // config.batch_size)
     super().__init__(config, model, data)
     self.augment = augment_lib.get_augmentation(config.augment)
     params = jax.eval_shape(
@@ -114,7 +123,12 @@ class SplitLearning(FederatedAlgorithm):
     """One training example's shape (after a cropping augmentation)."""
     return augment_lib.output_shape(self.config.augment, data.x.shape[2:])
 
-  # ---- plans: the lr schedule ----------------------------------------------
+  # ---- plans: local steps and the lr schedule -------------------------------
+  def max_local_steps(self) -> int:
+    if self.split.round_steps == 'epoch':
+      return int(self.epoch_steps.max())
+    return super().max_local_steps()
+
   def round_lr(self, round_index: jax.Array) -> jax.Array:
     """η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ (Sec. V)."""
     decays = (round_index // self.split.lr_decay_every).astype(jnp.float32)
@@ -123,6 +137,9 @@ class SplitLearning(FederatedAlgorithm):
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
     plans = super().plan_clients(state, client_ids, keys)
+    if self.split.round_steps == 'epoch':
+      plans = plans.replace(num_steps=jnp.asarray(
+          self.epoch_steps, jnp.int32)[client_ids])
     return plans.replace(lr=jnp.full(plans.lr.shape,
                                      self.round_lr(state.round)))
 
@@ -195,10 +212,11 @@ class CseFsl(SplitLearning):
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
     h = self.upload_every
-    if h > self.config.local_steps:
+    if h > self.max_local_steps():
       raise ConfigError(
           f'split.upload_every (h = {h}) exceeds the batches per round '
-          f'(local_steps = {self.config.local_steps}).')
+          f'({self.max_local_steps()}, split.round_steps = '
+          f'{self.split.round_steps}).')
     self.protocol = (accounting.FSL_AN if self.per_client_servers
                      else accounting.CSE_FSL)
 
@@ -265,11 +283,14 @@ class CseFsl(SplitLearning):
     return jax.vmap(lambda k: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
         k, jnp.arange(blocks)))(per_client)
 
-  def arrival_order(self, state: ServerState, blocks: int,
-                    cohort: int) -> jax.Array:
-    """int [nb, K]: the client slots in arrival order within each block."""
-    if self.split.server_order == 'natural':
-      return jnp.tile(jnp.arange(cohort), (blocks, 1))
+  def arrival_order(self, state: ServerState, plans: ClientPlan,
+                    blocks: int) -> jax.Array:
+    """int [nb, K]: the client slots in arrival order within each block
+    (`split.server_order`, module docstring)."""
+    cohort = plans.client_id.shape[0]
+    if self.split.server_order != 'random':
+      return jnp.tile(slot_order(plans.client_id, self.split.server_order),
+                      (blocks, 1))
     key = round_key(state, _ORDER_STREAM)
     return jax.vmap(lambda b: jax.random.permutation(
         jax.random.fold_in(key, b), cohort))(jnp.arange(blocks))
@@ -298,7 +319,7 @@ class CseFsl(SplitLearning):
       return jax.tree.map(
           lambda c, p: jnp.where(jnp.sum(weights) > 0, jnp.tensordot(
               weights / total, c, axes=1), p), copies, start)
-    order = self.arrival_order(state, blocks, cohort)       # [nb, K]
+    order = self.arrival_order(state, plans, blocks)        # [nb, K]
     slot = order.reshape(-1)
     block = jnp.repeat(jnp.arange(blocks), cohort)
     sequence = jax.tree.map(lambda leaf: leaf[slot, block],
@@ -327,6 +348,14 @@ class FslAn(CseFsl):
   @property
   def per_client_servers(self) -> bool:
     return True
+
+
+def slot_order(client_ids: jax.Array, order: str) -> jax.Array:
+  """int [K]: the cohort's slots in serving order: ascending client id
+  ('natural', Eq. 11's 1..n) or as sampled ('sampled')."""
+  if order == 'natural':
+    return jnp.argsort(client_ids, stable=True)
+  return jnp.arange(client_ids.shape[0])
 
 
 def upload_program(base: program.ClientProgram, h: int, *, first: bool,

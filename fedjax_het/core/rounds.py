@@ -55,6 +55,10 @@ class RoundAlgorithm(Protocol):
   def round_inputs(self, first: int, count: int) -> PyTree:
     ...
 
+  def prepare_rounds(self, state: ServerState, first: int,
+                     count: int) -> tuple[ServerState, PyTree]:
+    ...
+
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, Metrics]:
     ...
@@ -151,11 +155,12 @@ class RoundRunner:
       num_rounds: rounds to run (compiled into one scan).
       inputs: per-round inputs with a leading [num_rounds] axis (each round's
         `plan_round` gets its row); None: the algorithm's own
-        (`round_inputs(first_round, num_rounds)`, e.g. a virtual clock's
-        schedule; None for most methods).
+        (`prepare_rounds(state, first_round, num_rounds)`, e.g. a virtual
+        clock's schedule; None for most methods).
     """
     if inputs is None:
-      inputs = self.algorithm.round_inputs(int(state.round), num_rounds)
+      state, inputs = self.algorithm.prepare_rounds(state, int(state.round),
+                                                    num_rounds)
     state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
       return self._compiled_chunk(num_rounds)(state, data, inputs)
@@ -176,7 +181,8 @@ class RoundRunner:
     """
     num_rounds = int(cohorts.client_ids.shape[0])
     if inputs is None:
-      inputs = self.algorithm.round_inputs(int(state.round), num_rounds)
+      state, inputs = self.algorithm.prepare_rounds(state, int(state.round),
+                                                    num_rounds)
     state = self.place(state)
     if self.backend in backends.COMPILED_BACKENDS:
       return self._compiled_cohort_chunk(num_rounds)(state, cohorts, inputs)

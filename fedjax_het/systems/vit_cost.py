@@ -139,6 +139,13 @@ class Width:
 
 
 FULL = Width()
+# Kept (heads h, out-proj rows o, fc1 rows f, fc2 rows g) of one block: what
+# `Width.units` gives, or a realised mask's counts (any may be 0).
+BlockUnits = tuple[int, int, int, int]
+
+
+def _units(shape: ViTShape, width: 'Width | BlockUnits') -> BlockUnits:
+  return width.units(shape) if isinstance(width, Width) else tuple(width)
 
 
 # ---- parameters, FLOPs, activations ------------------------------------------
@@ -148,9 +155,10 @@ def embedding_params(shape: ViTShape) -> int:
   return shape.channels * shape.patch**2 * d + 2 * d + shape.tokens * d
 
 
-def block_params(shape: ViTShape, width: Width = FULL) -> int:
-  """One block's parameters (weights, biases, both LayerNorms) at `width`."""
-  h, o, f, g = width.units(shape)
+def block_params(shape: ViTShape, width: Width | BlockUnits = FULL) -> int:
+  """One block's parameters (weights, biases, both LayerNorms) at `width`
+  (rates, or the kept unit counts)."""
+  h, o, f, g = _units(shape, width)
   d, a = shape.hidden, h * shape.head_dim
   return 4 * d + (d + 1) * 3 * a + (a + 1) * o + (d + 1) * f + (f + 1) * g
 
@@ -170,9 +178,9 @@ def embedding_flops(shape: ViTShape) -> int:
   return 2 * (shape.tokens - 1) * shape.channels * shape.patch**2 * shape.hidden
 
 
-def block_flops(shape: ViTShape, width: Width = FULL) -> int:
+def block_flops(shape: ViTShape, width: Width | BlockUnits = FULL) -> int:
   """Forward FLOPs of one block per image at `width` (module docstring)."""
-  h, o, f, g = width.units(shape)
+  h, o, f, g = _units(shape, width)
   t, d, a = shape.tokens, shape.hidden, h * shape.head_dim
   return 2 * t * (d * 3 * a + a * o + d * f + f * g) + 4 * t * t * a
 
@@ -187,9 +195,9 @@ def forward_flops(shape: ViTShape) -> int:
           head_flops(shape))
 
 
-def block_activations(shape: ViTShape, width: Width = FULL) -> int:
+def block_activations(shape: ViTShape, width: Width | BlockUnits = FULL) -> int:
   """Floats one trainable block keeps per image for backward: T·a(width)."""
-  h, o, f, g = width.units(shape)
+  h, o, f, g = _units(shape, width)
   d, a = shape.hidden, h * shape.head_dim
   return shape.tokens * (2 * d + 3 * a + h * shape.tokens + a + o + 2 * f + g)
 
@@ -213,6 +221,9 @@ class Submodel:
       with the blocks below).
     learns_mask: the client downloads its trainable blocks at full width,
       learns the pruning mask itself and uploads it (Co-S²P).
+    blocks: the kept units (`BlockUnits`) of each trainable block, bottom
+      up, where a realised mask gives them (they replace `width`); () for
+      `width` in every block.
   """
   frozen: int
   trainable: int
@@ -220,6 +231,7 @@ class Submodel:
   exits: int = 1
   train_embedding: bool = False
   learns_mask: bool = False
+  blocks: tuple[BlockUnits, ...] = ()
 
   def __post_init__(self):
     non_negative_int('frozen', self.frozen)
@@ -227,6 +239,13 @@ class Submodel:
     positive_int('exits', self.exits)
     is_bool('train_embedding', self.train_embedding)
     is_bool('learns_mask', self.learns_mask)
+    if self.blocks and len(self.blocks) != self.trainable:
+      raise ConfigError(f'blocks lists {len(self.blocks)} blocks, not the '
+                        f'{self.trainable} trainable ones.')
+
+  def block_widths(self) -> tuple:
+    """The width (`Width` or `BlockUnits`) of each trainable block."""
+    return self.blocks or (self.width,) * self.trainable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,10 +276,11 @@ def client_cost(shape: ViTShape, sub: Submodel, batch: int) -> ClientCost:
                                                   embedding_flops(shape))
   params_frozen = embedding[0] + sub.frozen * block_params(shape)
   frozen_flops = embedding[1] + sub.frozen * block_flops(shape)
-  params_trainable = (sub.trainable * block_params(shape, sub.width) +
+  widths = sub.block_widths()
+  params_trainable = (sum(block_params(shape, w) for w in widths) +
                       sub.exits * head_params(shape) +
                       sub.train_embedding * embedding_params(shape))
-  trainable_flops = (sub.trainable * block_flops(shape, sub.width) +
+  trainable_flops = (sum(block_flops(shape, w) for w in widths) +
                      sub.exits * head_flops(shape) +
                      sub.train_embedding * embedding_flops(shape))
   full_window = (sub.trainable * block_params(shape) +
@@ -269,7 +289,7 @@ def client_cost(shape: ViTShape, sub: Submodel, batch: int) -> ClientCost:
   download = params_frozen + (full_window if sub.learns_mask else
                               params_trainable)
   mask_bits = sub.learns_mask * sub.trainable * block_units(shape)
-  activations = batch * sub.trainable * block_activations(shape, sub.width)
+  activations = batch * sum(block_activations(shape, w) for w in widths)
   return ClientCost(
       params_frozen=params_frozen,
       params_trainable=params_trainable,
