@@ -24,6 +24,9 @@ from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_data
 from script_utils import child_report, default_flags_env
 
+# One xdist worker runs the child while the other goes on with other tests.
+pytestmark = pytest.mark.xdist_group('pinned')
+
 
 def params_hash(params) -> str:
   """sha256 of the leaves' bytes in tree order (shape and dtype included)."""

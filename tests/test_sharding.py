@@ -21,6 +21,8 @@ from engine_utils import tiny_config, tiny_fedavg
 from script_utils import child_report
 
 SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
+# One xdist worker runs the child while the other goes on with other tests.
+pytestmark = pytest.mark.xdist_group('four_devices')
 
 
 @pytest.fixture(scope='session')
