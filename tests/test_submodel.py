@@ -196,9 +196,11 @@ def test_masked_full_model_computes_the_sliced_model(name, options, narrow,
           for i in range(m.ndim)])],
       params, jax.tree.map(np.asarray, mask))
   x = jax.random.normal(jax.random.PRNGKey(1), (6, *shape))
-  masked_out = full.apply({'params': jax.tree.map(
+  # Each forward is one compiled program (op by op, a ResNet's many small
+  # ops would each compile on their own).
+  masked_out = jax.jit(full.apply)({'params': jax.tree.map(
       lambda p, m: p * m, params, mask)}, x)
-  small_out = small.apply({'params': sliced}, x)
+  small_out = jax.jit(small.apply)({'params': sliced}, x)
   np.testing.assert_allclose(masked_out, small_out, rtol=1e-5, atol=1e-5)
 
 
