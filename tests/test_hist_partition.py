@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 
 from fedjax_het import models
-from fedjax_het.algorithms.hist import parameter_shapes
 from fedjax_het.submodel import disjoint, disjoint_partition
 
 
 def params_of(name, input_shape, **options):
   """(model, zero params): partitions read only the structure and shapes."""
   model = models.create_model(name, 10, **options)
-  shapes = parameter_shapes(model, input_shape)
+  shapes = models.parameter_shapes(model, input_shape)
   return model, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 

@@ -57,12 +57,12 @@ import functools
 import math
 from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het import models
 from fedjax_het.channels import aircomp
 from fedjax_het.core import aggregation
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
@@ -216,7 +216,7 @@ class HFedAvg(FederatedAlgorithm):
     self.cell_of_client = jnp.asarray(
         np.repeat(np.arange(self.num_segments), self.hierarchy.cell_sizes),
         jnp.int32)
-    self.template = parameter_shapes(model, data.x.shape[2:])
+    self.template = models.parameter_shapes(model, data.x.shape[2:])
     self.total_params = int(sum(math.prod(p.shape)
                                 for p in jax.tree.leaves(self.template)))
     self.setup_partition(self.template)
@@ -406,26 +406,6 @@ class HFedAvg(FederatedAlgorithm):
         metrics[name] = jnp.sum(per_client / clients_in_cell[plans.segment]
                                 ) / self.num_segments
     return metrics
-
-
-def parameter_shapes(model, input_shape) -> PyTree:
-  """`jax.ShapeDtypeStruct`s of the model's params, in creation order.
-
-  Nothing is computed (`jax.eval_shape`); the order in which `model.init`
-  creates the layers (the forward order the partition rule reads) is recorded
-  while tracing, since jax returns dicts with sorted keys.
-  """
-  created = []
-
-  def init(key, x):
-    params = model.init(key, x)['params']
-    created.extend(flax.traverse_util.flatten_dict(params))
-    return params
-
-  shapes = jax.eval_shape(init, jax.random.PRNGKey(0),
-                          jnp.zeros((1,) + tuple(input_shape)))
-  flat = flax.traverse_util.flatten_dict(shapes)
-  return flax.traverse_util.unflatten_dict({k: flat[k] for k in created})
 
 
 def _sum_rows(x: jax.Array) -> jax.Array:

@@ -11,7 +11,8 @@ from fedjax_het.models.cnn import LeNet5, SimpleCNN
 from fedjax_het.models.initializers import torch_bias_init, torch_kernel_init, uniform_bound
 from fedjax_het.models.layers import NORMS, StaticBatchNorm
 from fedjax_het.models.mlp import MLP
-from fedjax_het.models.registry import MODELS, create_model, init_params, maskable_leaves
+from fedjax_het.models.registry import (MODELS, create_model, init_params, maskable_leaves,
+                                        parameter_shapes)
 from fedjax_het.models.resnet import BasicBlock, ResNet18
 from fedjax_het.models.split import SplitModel, is_split, split_apply
 from fedjax_het.models.text import NextTokenLSTM
@@ -32,6 +33,7 @@ __all__ = [
     'init_params',
     'is_split',
     'maskable_leaves',
+    'parameter_shapes',
     'split_apply',
     'torch_bias_init',
     'torch_kernel_init',

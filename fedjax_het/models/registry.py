@@ -81,7 +81,19 @@ def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) ->
   many small random and reshaping ops would each compile on their own; the values are the same.
   """
   compiled, order = _init_program(model, tuple(input_shape))
-  flat = flax.traverse_util.flatten_dict(compiled(key))
+  return _in_creation_order(compiled(key), order)
+
+
+def parameter_shapes(model: nn.Module, input_shape: Sequence[int]) -> dict:
+  """`jax.ShapeDtypeStruct`s of `init_params`' result, in the same creation order; nothing is
+  computed (`jax.eval_shape`). HIST's partition rule reads the forward order."""
+  compiled, order = _init_program(model, tuple(input_shape))
+  return _in_creation_order(jax.eval_shape(compiled, jax.random.PRNGKey(0)), order)
+
+
+def _in_creation_order(params: dict, order: list) -> dict:
+  """`params` (a jitted init's dicts, keys sorted) rebuilt in the recorded creation order."""
+  flat = flax.traverse_util.flatten_dict(params)
   return flax.traverse_util.unflatten_dict({path: flat[path] for path in order})
 
 
@@ -90,7 +102,7 @@ def _init_program(model: nn.Module, input_shape: tuple):
   """(jitted init of `model`'s params, their key paths in creation order).
 
   A jitted function returns dicts with sorted keys, so the order is recorded
-  while it traces (on its first call, before `init_params` reads it).
+  while it traces (on its first call or `eval_shape`, before the order is read).
   """
   order = []
 

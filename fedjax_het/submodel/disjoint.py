@@ -91,7 +91,7 @@ def partition_layout(params: PyTree) -> PartitionLayout:
   package's MLP, LeNet-5 and CNNs in creation order, the order `model.init`
   returns. Jax transformations return dicts with sorted keys, which keeps
   that order unless layer names sort differently (fc10 before fc2);
-  `algorithms.hist.parameter_shapes` gets shapes in creation order.
+  `models.parameter_shapes` gets shapes in creation order.
 
   Raises:
     ValueError: when the model has no hidden fully connected layer.
