@@ -1,13 +1,16 @@
 """Test session setup: cheap compiles, and a compilation cache every process shares.
 
 Compilation is most of the suite's time (over 80% of a compile-heavy file with a cold
-cache), so the tests compile with LLVM's backend optimisation level 0
-(`TEST_XLA_FLAGS`): the programs are the same XLA programs, lowered with less
-machine-code optimisation, and compile about twice as fast. Their results can
-differ from default flags in the last bits (fused multiply-adds, vectorised
-reduction orders), so a test never compares against numbers recorded at default
-flags in this process: `tests/test_pinned.py` computes its pinned hashes in a
-child process at default flags (`script_utils.default_flags_env`).
+cache), so the tests compile with cheaper XLA flags (`script_utils.test_xla_flags`:
+LLVM's backend optimisation level 0 and XLA:CPU's elemental emitters): the
+programs are the same XLA programs, lowered to less optimised machine code, and
+compile about three times as fast. Their results can differ from default flags
+in the last bits (fused multiply-adds, reduction orders), so a test never
+compares against numbers recorded at default flags in this process: what is
+pinned or compared bit for bit across programs is computed in a child process
+at default flags (`script_utils.CHILDREN`: the pinned hashes, the mask-table
+identity). Under xdist the controller starts those children as soon as the
+workers have collected their tests, so they run beside the tests.
 
 The persistent XLA compilation cache lives in `.pytest_cache/` (git-ignored;
 `JAX_COMPILATION_CACHE_DIR` chooses another directory): a
@@ -18,7 +21,7 @@ is keyed by the program and the compiler's flags, so it never changes a result.
 """
 import os
 
-from script_utils import TEST_XLA_FLAGS
+import script_utils
 
 _CACHE = os.environ.get('JAX_COMPILATION_CACHE_DIR') or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '.pytest_cache',
@@ -28,8 +31,9 @@ _JAX_SETTINGS = {'jax_compilation_cache_dir': _CACHE,
                  'jax_persistent_cache_min_entry_size_bytes': 0}
 
 
-if TEST_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+_TEST_XLA_FLAGS = script_utils.test_xla_flags()
+if _TEST_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_TEST_XLA_FLAGS}".strip()
 for _name, _value in _JAX_SETTINGS.items():
   os.environ[_name.upper()] = str(_value)
 
@@ -37,3 +41,21 @@ import jax  # noqa: E402  (after the environment above: XLA reads it at start-up
 
 for _name, _value in _JAX_SETTINGS.items():
   jax.config.update(_name, _value)
+
+import pytest  # noqa: E402
+
+_children = None   # what `start_children` started, once per session
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+  """The xdist controller starts the child processes the collected tests read
+  (`script_utils.CHILDREN`), so that they run beside the workers' tests."""
+  global _children
+  if _children is None:
+    _children = script_utils.start_children(
+        node.config._tmp_path_factory.getbasetemp(), ids)
+
+
+def pytest_sessionfinish(session):
+  script_utils.stop_children(_children or [])

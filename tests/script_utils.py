@@ -1,22 +1,63 @@
 """Repository scripts (experiments/...) loaded as modules in tests, and child
 processes whose report a test session shares."""
+import dataclasses
 import fcntl
+import functools
+import glob
 import importlib.util
 import json
+import mmap
 import os
+import pathlib
 import re
+import signal
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Compiler flags of the test processes (set by conftest.py): LLVM's backend
-# optimisation level 0 compiles about twice as fast.
-TEST_XLA_FLAGS = '--xla_backend_optimization_level=0'
+TESTS = os.path.join(REPO, 'tests')
+# Compiler flags of the test processes (set by conftest.py), each with the
+# reason it is there:
+#   LLVM's backend optimisation level 0: compiles about twice as fast;
+#   XLA:CPU's older elemental emitters instead of its fusion emitters:
+#     compiles ~40% faster again (a Co-S²P round: 7.0 s -> 4.3 s; the cold
+#     suite 878 s -> 641 s), where this jaxlib still has them.
+_CHEAP_COMPILE_FLAGS = (('xla_backend_optimization_level', '0'),
+                        ('xla_cpu_use_fusion_emitters', 'false'))
+
+
+def _jaxlib_knows_flag(name: str) -> bool:
+  """Whether the installed jaxlib's libraries define the XLA flag `name`.
+
+  XLA aborts at start-up on a flag it does not know, and debug flags come and
+  go between jaxlib releases; a flag is registered under its name, so its
+  name is in the library's bytes (found without starting XLA)."""
+  spec = importlib.util.find_spec('jaxlib')
+  for library in glob.glob(os.path.join(spec.submodule_search_locations[0],
+                                        '*.so')):
+    with open(library, 'rb') as file:
+      if os.fstat(file.fileno()).st_size and mmap.mmap(
+          file.fileno(), 0, access=mmap.ACCESS_READ).find(name.encode()) >= 0:
+        return True
+  return False
+
+
+@functools.lru_cache(maxsize=None)
+def test_xla_flags() -> str:
+  """The test processes' XLA flags: `_CHEAP_COMPILE_FLAGS` that this jaxlib
+  knows. A result may differ from default flags in the last bits (fused
+  multiply-adds, reduction orders), so whatever is pinned bit for bit is
+  computed in a child at default flags (`default_flags_env`)."""
+  return ' '.join(f'--{name}={value}' for name, value in _CHEAP_COMPILE_FLAGS
+                  if _jaxlib_knows_flag(name))
 
 
 def default_flags_env() -> dict:
-  """This process's environment without `TEST_XLA_FLAGS`: for a child process
-  that must compile as a user's run does."""
-  flags = os.environ.get('XLA_FLAGS', '').replace(TEST_XLA_FLAGS, '')
+  """This process's environment without the tests' compile flags: for a child
+  process that must compile as a user's run does."""
+  flags = os.environ.get('XLA_FLAGS', '')
+  for name, _ in _CHEAP_COMPILE_FLAGS:
+    flags = re.sub(rf'--{name}=\S*', '', flags)
   return {**os.environ, 'XLA_FLAGS': re.sub(r'\s+', ' ', flags).strip()}
 
 
@@ -35,20 +76,85 @@ def load_script(path, monkeypatch=None):
   return module
 
 
-def child_report(tmp_path_factory, worker_id, name, command, env, timeout=900):
-  """The JSON object that the child process `command + [scratch directory]`
-  prints on its last line of stdout, computed once per test session: xdist
-  workers share it through the file `name`.json under the session's base temp
-  directory (the first worker runs the child while holding a lock, the other
-  reads its report). The child runs in tests/ with environment `env`."""
-  base = tmp_path_factory.getbasetemp()
-  shared = base if worker_id == 'master' else base.parent
+@dataclasses.dataclass(frozen=True)
+class Child:
+  """A child process whose JSON report the tests of `test_file` assert on:
+  `python tests/SCRIPT SCRATCH_DIR` prints it as its last line of stdout.
+
+  default_flags: compile as a user's run does (`default_flags_env`), for
+    results pinned or compared bit for bit.
+  cpu_devices: split the CPU into this many XLA devices (0: one).
+  """
+  script: str
+  test_file: str
+  default_flags: bool = False
+  cpu_devices: int = 0
+
+  def env(self) -> dict:
+    env = default_flags_env() if self.default_flags else dict(os.environ)
+    if self.cpu_devices:
+      from fedjax_het.core import sharding
+      env['JAX_PLATFORMS'] = 'cpu'
+      sharding.set_cpu_device_count(self.cpu_devices, env)
+    return env
+
+
+CHILDREN = {
+    'pinned_hashes': Child('test_pinned.py', 'test_pinned.py',
+                           default_flags=True),
+    'mask_table_report': Child('test_engine.py', 'test_engine.py',
+                               default_flags=True),
+    'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
+                                cpu_devices=4),
+}
+
+
+def _shared_report(shared: pathlib.Path, name: str, timeout=900) -> dict:
+  """`CHILDREN[name]`'s report, computed once per test session: the first
+  process to take the lock `shared/name.lock` runs the child and writes
+  `shared/name.json`, the others read it."""
+  child = CHILDREN[name]
   report = shared / f'{name}.json'
   with open(shared / f'{name}.lock', 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not report.exists():
-      result = subprocess.run([*command, str(shared / name)], env=env, capture_output=True, text=True,
-                              timeout=timeout, cwd=os.path.join(REPO, 'tests'))
+      result = subprocess.run(
+          [sys.executable, os.path.join(TESTS, child.script),
+           str(shared / name)], env=child.env(), capture_output=True,
+          text=True, timeout=timeout, cwd=TESTS)
       assert result.returncode == 0, result.stderr[-3000:]
       report.write_text(result.stdout.strip().splitlines()[-1])
   return json.loads(report.read_text())
+
+
+def child_report(tmp_path_factory, worker_id, name: str) -> dict:
+  """`CHILDREN[name]`'s report for a session fixture. Under xdist the
+  controller started computing it when the workers collected its tests
+  (`start_children`); a worker that asks first computes it itself."""
+  base = tmp_path_factory.getbasetemp()
+  return _shared_report(base if worker_id == 'master' else base.parent, name)
+
+
+def start_children(shared: pathlib.Path, test_ids) -> list:
+  """Starts, in the background, the children whose tests are among
+  `test_ids`, so that no xdist worker sits waiting on one: each computes its
+  report as `_shared_report` does (this file run as a script). Returns the
+  processes (`stop_children` ends those still running)."""
+  files = {test_id.split('::')[0].rsplit('/', 1)[-1] for test_id in test_ids}
+  return [subprocess.Popen([sys.executable, __file__, name, str(shared)],
+                           cwd=TESTS, start_new_session=True,
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+          for name, child in CHILDREN.items() if child.test_file in files]
+
+
+def stop_children(processes) -> None:
+  """Ends the process groups of `start_children`'s processes still running
+  (a session stopped early, or whose tests were not run)."""
+  for process in processes:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGTERM)
+
+
+if __name__ == '__main__':
+  _shared_report(pathlib.Path(sys.argv[2]), sys.argv[1])

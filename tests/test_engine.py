@@ -1,4 +1,6 @@
 """The round engine: batching, sampling, client update, backends, rounds."""
+import json
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ from fedjax_het.algorithms import ALGORITHMS
 from fedjax_het.core import backends, batching, sampling
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import stacked_masks, tiny_config, tiny_data, tiny_fedavg
+from script_utils import child_report
 
 BACKEND_SETUPS = [('vmap', None), ('map', None), ('map', 3), ('sequential', None)]
 
@@ -200,26 +203,50 @@ def test_deltas_summed_in_the_map_equal_stacked_aggregation():
     chex.assert_trees_all_close(results[0], results[1], rtol=1e-6, atol=1e-7)
 
 
+def mask_table_differences() -> dict:
+  """{method: {backend: entries that differ}} between 2 rounds whose masks are
+  a table each client indexes in the map (`ClientPlan.mask_table`) and the
+  same rounds with the cohort's masks gathered into the plans: the final
+  parameters' entries and the rounds' uploaded bytes."""
+  differences = {}
+  for name in ('heterofl', 'fiarse'):
+    for backend in ('vmap', 'map', 'sequential'):
+      results = []
+      for gathered in (False, True):
+        config = tiny_config(algorithm=name, capacities=(0.25, 0.5, 1.0))
+        data = tiny_data()
+        model = models.create_model('mlp', 3,
+                                    **config.model_options.to_dict())
+        params = models.init_params(model, jax.random.PRNGKey(0),
+                                    data.x.shape[2:])
+        algorithm = ALGORITHMS[name](config, model, data)
+        if gathered:
+          plan_clients = algorithm.plan_clients
+          algorithm.plan_clients = lambda *a, f=plan_clients: stacked_masks(
+              f(*a))
+        state = algorithm.init(params, jax.random.PRNGKey(1))
+        state, metrics = RoundRunner(algorithm, backend).run(state, data, 2)
+        results.append(jax.device_get((state.params, metrics['bytes_up'])))
+      differences.setdefault(name, {})[backend] = sum(
+          int(np.sum(a != b)) for a, b in zip(*map(jax.tree.leaves, results)))
+  return differences
+
+
+@pytest.fixture(scope='session')
+def mask_table_report(tmp_path_factory, worker_id):
+  """`mask_table_differences()` at a user's compile flags: a child process
+  (`python test_engine.py`), once per session."""
+  return child_report(tmp_path_factory, worker_id, 'mask_table_report')
+
+
 @pytest.mark.parametrize('name', ['heterofl', 'fiarse'])
-def test_a_mask_table_trains_as_the_gathered_masks(name):
-  """Masks as a table each client indexes in the map (`ClientPlan.mask_table`)
-  give the same rounds, bit for bit, and the same bytes as the cohort's
-  masks gathered into the plans, on every driver."""
-  for backend in ('vmap', 'map', 'sequential'):
-    results = []
-    for gathered in (False, True):
-      config = tiny_config(algorithm=name, capacities=(0.25, 0.5, 1.0))
-      data = tiny_data()
-      model = models.create_model('mlp', 3, **config.model_options.to_dict())
-      params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-      algorithm = ALGORITHMS[name](config, model, data)
-      if gathered:
-        plan_clients = algorithm.plan_clients
-        algorithm.plan_clients = lambda *a, f=plan_clients: stacked_masks(f(*a))
-      state = algorithm.init(params, jax.random.PRNGKey(1))
-      state, metrics = RoundRunner(algorithm, backend).run(state, data, 2)
-      results.append((state.params, metrics['bytes_up']))
-    chex.assert_trees_all_equal(results[0], results[1])
+def test_a_mask_table_trains_as_the_gathered_masks(mask_table_report, name):
+  """Masks as a table each client indexes in the map give the same rounds,
+  bit for bit, and the same bytes as the cohort's masks gathered into the
+  plans, on every driver. At a user's compile flags: under the suite's
+  cheaper ones (`script_utils.test_xla_flags`) the two programs fuse
+  differently, and on 'map' 2 of HeteroFL's 21 head entries move by 1 ulp."""
+  assert mask_table_report[name] == {'vmap': 0, 'map': 0, 'sequential': 0}
 
 
 def test_jitted_round_equals_eager_round():
@@ -300,3 +327,7 @@ def test_segments_of_disjoint_pieces_reassemble_to_the_single_segment_mean():
     state, _ = RoundRunner(algorithm, 'vmap').run(state, data, 2)
     results.append(state.params)
   chex.assert_trees_all_close(results[0], results[1], rtol=1e-6, atol=1e-7)
+
+
+if __name__ == '__main__':
+  print(json.dumps(mask_table_differences()))

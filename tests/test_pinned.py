@@ -6,13 +6,12 @@ same backend. These hashes were recorded before the client-program engine
 that must be explained, never silently re-pinned.
 
 The hashes are of runs compiled at default XLA flags, as a user's are: the
-suite compiles with cheaper flags (`conftest.TEST_XLA_FLAGS`), so the hashes
-are computed in one child process (`python test_pinned.py`) with those flags
-removed, once per test session.
+suite compiles with cheaper flags (`script_utils.test_xla_flags`), so the
+hashes are computed in one child process (`python test_pinned.py`) with those
+flags removed, once per test session.
 """
 import hashlib
 import json
-import sys
 
 import jax
 import numpy as np
@@ -22,10 +21,7 @@ from fedjax_het import models
 from fedjax_het.algorithms import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_data
-from script_utils import child_report, default_flags_env
-
-# One xdist worker runs the child while the other goes on with other tests.
-pytestmark = pytest.mark.xdist_group('pinned')
+from script_utils import child_report
 
 
 def params_hash(params) -> str:
@@ -107,8 +103,7 @@ PINNED = {
 @pytest.fixture(scope='session')
 def default_flags_hashes(tmp_path_factory, worker_id):
   """{'name/backend': hash} of every pinned run, computed at default flags."""
-  return child_report(tmp_path_factory, worker_id, 'pinned_hashes',
-                      [sys.executable, __file__], default_flags_env())
+  return child_report(tmp_path_factory, worker_id, 'pinned_hashes')
 
 
 @pytest.mark.parametrize('name,backend', sorted(PINNED))

@@ -4,10 +4,6 @@ Four CPU devices are emulated in a subprocess
 (`--xla_force_host_platform_device_count=4` must be set before JAX starts);
 the rest runs in-process on the single CPU device.
 """
-import os
-import pathlib
-import sys
-
 import jax
 import numpy as np
 import pytest
@@ -20,18 +16,11 @@ from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_fedavg
 from script_utils import child_report
 
-SCRIPT = pathlib.Path(__file__).with_name('multidevice_rounds.py')
-# One xdist worker runs the child while the other goes on with other tests.
-pytestmark = pytest.mark.xdist_group('four_devices')
-
 
 @pytest.fixture(scope='session')
 def four_device_report(tmp_path_factory, worker_id):
   """The subprocess's JSON report, computed once per test session."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  sharding.set_cpu_device_count(4, env)
-  return child_report(tmp_path_factory, worker_id, 'four_device_report',
-                      [sys.executable, str(SCRIPT)], env)
+  return child_report(tmp_path_factory, worker_id, 'four_device_report')
 
 
 def test_four_devices_are_emulated(four_device_report):
