@@ -1,12 +1,20 @@
 """Reliability II (issue 26): federations validated where they meet a model,
 checkpoints and run files checked when read back, warnings for runs that are
 valid but almost certainly not meant."""
+import errno
+import json
+import os
+
+from absl import logging as absl_logging
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
-from fedjax_het import algorithms, models
+from fedjax_het import algorithms, cli, compare, models, run
 from fedjax_het.data import FederatedData
 from engine_utils import tiny_config
+from test_reliability import one_line_error
+from test_run import QUICK, quick_config, read_rows
 
 
 def memmapped(tmp_path, **changes) -> FederatedData:
@@ -69,3 +77,109 @@ def test_token_labels_are_checked_against_the_vocabulary():
   with pytest.raises(ValueError, match="token 90 lies outside .0, 90., the "
                      "model's vocabulary"):
     data.validate(90)
+
+
+def flip_bits(path, count, seed=0):
+  """Flips `count` random bits of the file at `path`."""
+  data = bytearray(path.read_bytes())
+  for bit in np.random.default_rng(seed).choice(8 * len(data), count,
+                                                replace=False):
+    data[bit // 8] ^= 1 << (bit % 8)
+  path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_with_flipped_bits_is_moved_aside(tmp_path, capsys):
+  workdir = str(tmp_path)
+  run.train(quick_config(rounds=4), workdir)
+  expected = read_rows(workdir)
+  arrays = max((tmp_path / 'checkpoints' / '4' / 'state').rglob('d/*'),
+               key=lambda p: p.stat().st_size)
+  flip_bits(arrays, 16)
+  run.train(quick_config(rounds=4), workdir)
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and 'Traceback' not in err, err
+  assert 'checkpoint of round 4' in err and 'resuming from round 2' in err
+  assert 'damaged' in err, err  # the checksum, not a read error, found it
+  assert read_rows(workdir) == expected
+  assert (tmp_path / 'damaged_checkpoints' / '4').is_dir()
+
+
+def test_a_lost_config_json_resumes_only_with_the_checkpoints_config(
+    tmp_path, capsys):
+  workdir = str(tmp_path)
+  run.train(quick_config(rounds=2), workdir)
+  (tmp_path / 'config.json').unlink()
+  code = cli.main(QUICK + ['--config.client_lr=0.2', '--config.rounds=4',
+                           f'--workdir={workdir}'])
+  err = one_line_error(capsys, code, 2)
+  assert '(client_lr, read from its checkpoints as config.json is missing)' \
+      in err
+  assert run.train(quick_config(rounds=4), workdir)['rounds'] == 4
+  assert json.loads((tmp_path / 'config.json').read_text())['rounds'] == 4
+
+
+def test_an_emptied_summary_json_is_named_then_rewritten(tmp_path, capsys):
+  workdir = str(tmp_path)
+  summary = run.train(quick_config(rounds=2), workdir)
+  (tmp_path / 'summary.json').write_text('')
+  code = cli.main(QUICK + ['--config.rounds=2', f'--workdir={workdir}'])
+  err = one_line_error(capsys, code, 1)
+  assert 'summary.json is not JSON (empty); delete it' in err
+  (tmp_path / 'summary.json').unlink()  # as the line says
+  again = run.train(quick_config(rounds=2), workdir)
+  assert again['final'] == summary['final']
+
+
+def orbax_out_of_space(*args, **kwargs):
+  """A save failing as orbax's does on a full disk: its thread logs the
+  traceback (absl), then the save raises."""
+  del args, kwargs
+  try:
+    raise ValueError('RESOURCE_EXHAUSTED: Error writing local file '
+                     '"_sharding": No space left on device')
+  except ValueError as e:
+    absl_logging.exception('_SignalingThread.run() raised an exception: %s', e)
+    raise
+
+
+def test_orbax_out_of_space_is_one_line_and_loses_nothing(tmp_path, capsys,
+                                                          monkeypatch):
+  workdir = str(tmp_path)
+  run.train(quick_config(rounds=2), workdir)
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', orbax_out_of_space)
+  code = cli.main(QUICK + ['--config.rounds=4', f'--workdir={workdir}'])
+  err = one_line_error(capsys, code, 1)
+  assert 'cannot save the checkpoint of round 4' in err
+  assert 'RESOURCE_EXHAUSTED' in err and 'last saved checkpoint is round 2' in err
+  monkeypatch.undo()
+  assert run.train(quick_config(rounds=4), workdir)['rounds'] == 4
+  assert [r['round'] for r in read_rows(workdir)] == [2, 4]
+
+
+@pytest.mark.parametrize('case', ['seeds_workdir_is_a_file',
+                                  'comparison_under_a_read_only_directory'])
+def test_comparison_workdirs_that_cannot_be_made_are_one_line(
+    tmp_path, capsys, monkeypatch, case):
+  workdir = tmp_path / 'runs'
+  if case == 'seeds_workdir_is_a_file':
+    workdir.write_text('x')
+  else:  # root writes anywhere, so the refusal is the kernel's answer, faked
+    def read_only(path, *args, **kwargs):
+      raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    monkeypatch.setattr(os, 'makedirs', read_only)
+  code = cli.main(QUICK + ['--seeds', '2', f'--workdir={workdir}'])
+  assert f'cannot use workdir {workdir}' in one_line_error(capsys, code, 1)
+
+
+def test_a_torn_metrics_line_of_a_finished_comparison_run_is_named(
+    tmp_path, capsys):
+  (tmp_path / 'a').mkdir()
+  (tmp_path / 'a' / 'metrics.jsonl').write_text(
+      '{"round": 2, "test_accuracy": 0.5}\n{"round": 4, "test_acc')
+  summary = {'final_test_accuracy': 0.5, 'final': {}}
+  code = cli.report_errors('fedjax-het', lambda: compare.run_comparison(
+      {'a': quick_config()}, str(tmp_path), lambda config, workdir: summary,
+      curves=('round',)))
+  err = one_line_error(capsys, code, 1)
+  assert 'metrics.jsonl line 2 is not JSON' in err
+  assert 'repair or remove the line' in err
