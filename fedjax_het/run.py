@@ -39,7 +39,7 @@ import numpy as np
 import tqdm
 
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
-    logging_writers, models, plots, workdir as workdir_lib
+    logging_writers, models, plots, sanity, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
@@ -409,9 +409,11 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     split, model, params, algorithm = build_experiment(config)
   except ValueError as e:  # bad dataset/partition/model choices or sizes.
     raise config_lib.ConfigError(str(e)) from e
+  warnings = sanity.data_warnings(split, config.batch_size)
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
                            config.to_json(indent=2))
+    sanity.report(warnings)
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = make_runner(config, algorithm)
@@ -502,7 +504,10 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   summary['last_round'] = {k: summary['totals'].pop(k)
                            for k in algorithm.per_round_metrics
                            if k in summary['totals']}
+  late = sanity.chance_warnings(summary, split.test_y)
+  summary['warnings'] = warnings + late
   if primary:
+    sanity.report(late)
     workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
                            json.dumps(summary, indent=2))
   return summary

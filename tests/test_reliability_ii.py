@@ -10,8 +10,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from fedjax_het import algorithms, cli, compare, models, run
-from fedjax_het.data import FederatedData
+from fedjax_het import algorithms, cli, compare, models, run, sanity
+from fedjax_het.data import FederatedData, FederatedSplit
 from engine_utils import tiny_config
 from test_reliability import one_line_error
 from test_run import QUICK, quick_config, read_rows
@@ -183,3 +183,35 @@ def test_a_torn_metrics_line_of_a_finished_comparison_run_is_named(
   err = one_line_error(capsys, code, 1)
   assert 'metrics.jsonl line 2 is not JSON' in err
   assert 'repair or remove the line' in err
+
+
+def test_runs_valid_but_not_meant_are_warned_once_and_in_the_summary(
+    tmp_path, capsys):
+  code = cli.main(QUICK + [
+      '--config.partition=one_class', '--config.num_clients=5',
+      '--config.clients_per_round=5', '--config.batch_size=5000',
+      '--config.client_lr=1e6', '--config.rounds=2', f'--workdir={tmp_path}'])
+  assert code == 0
+  warned = [line for line in capsys.readouterr().err.splitlines()
+            if line.startswith('fedjax-het: warning: ')]
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert [w[len('fedjax-het: warning: '):] for w in warned] == \
+      summary['warnings']
+  batch, classes, chance = summary['warnings']
+  assert batch.startswith('batch_size=5000 is larger than the data of 5 of '
+                          '5 clients')
+  assert classes.startswith('5 of 10 classes are held by no client '
+                            '(classes 5, 6, 7, 8, 9)')
+  assert chance.startswith('the final test accuracy 0.100 is at chance level')
+
+
+def test_a_sensible_federation_and_a_short_run_are_not_warned():
+  data = FederatedData(x=np.zeros((3, 4, 1), np.float32),
+                       y=np.array([[0, 1, 2, 0]] * 3, np.int32),
+                       counts=np.array([4, 3, 4], np.int32))
+  split = FederatedSplit(train=data, test_x=np.zeros((6, 1)),
+                         test_y=np.arange(6) % 3, local_test=None,
+                         num_classes=3)
+  assert sanity.data_warnings(split, batch_size=4) == []
+  untrained = {'final_test_accuracy': 1 / 3, 'final_test_loss': np.log(3)}
+  assert sanity.chance_warnings(untrained, split.test_y) == []
