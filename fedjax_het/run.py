@@ -158,7 +158,8 @@ class MetricsLog:
     self.path = path
     self.writers = list(writers)
     self.write = write  # False: keep the rows only (a non-primary process)
-    self.rows = [r for r in workdir_lib.read_metrics(path) if r['round'] <= resume_round]
+    self.rows = [r for r in workdir_lib.read_metrics(path)
+                 if r['round'] <= resume_round]
     if write:
       workdir_lib.write_text(
           path, ''.join(json.dumps(row) + '\n' for row in self.rows))

@@ -74,8 +74,8 @@ class FederatedData:
       if not np.issubdtype(leaf.dtype, np.integer):
         raise ValueError(f'federated data: {name} are {leaf.dtype}; they must be integers '
                          f'(e.g. {name}.astype(np.int32)).')
-    if counts.ndim != 1 or y.ndim < 2 or not x.shape[:2] == y.shape[:2] == (len(counts),
-                                                                           y.shape[1]):
+    if counts.ndim != 1 or y.ndim < 2 or x.shape[:2] != y.shape[:2] or \
+        y.shape[0] != counts.size:
       raise ValueError(f'federated data: counts {counts.shape}, y {y.shape} and x {x.shape} '
                        'must be [M], [M, N, ...] and [M, N, ...].')
     rows = y.shape[1]
