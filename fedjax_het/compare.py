@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import ml_collections
 import numpy as np
 
-from fedjax_het import plots
+from fedjax_het import plots, workdir as workdir_lib
 from fedjax_het.algorithms.submodels import capacity_key
 from fedjax_het.config import ConfigError
 
@@ -236,8 +236,8 @@ def _plot_curves(runs: dict[str, dict[int, dict]], workdir: str, seeds: int,
   for label, by_seed in runs.items():
     curves[label] = []
     for seed in by_seed:
-      with open(os.path.join(_run_dir(workdir, label, seed, seeds), 'metrics.jsonl')) as f:
-        curves[label].append([json.loads(line) for line in f if line.strip()])
+      curves[label].append(workdir_lib.read_metrics(
+          os.path.join(_run_dir(workdir, label, seed, seeds), 'metrics.jsonl'), torn_tail=False))
   plots.accuracy_against_figure(curves, list(keys), title).savefig(
       os.path.join(workdir, 'comparison_curves.png'), dpi=110)
 
@@ -279,7 +279,7 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
     raise ValueError('get_configs() returned no config.')
   if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
     raise ConfigError(f'the number of seeds must be a positive integer, got {seeds!r}.')
-  os.makedirs(workdir, exist_ok=True)
+  workdir_lib.create(workdir)
   if grid:
     configs = expand_grid(configs, grid)
   runs = _train_seeds(configs, workdir, train, seeds)
@@ -303,11 +303,15 @@ def run_comparison(configs: dict[str, ml_collections.ConfigDict], workdir: str,
              '\n\nEvery cell:\n\n' + table)
     results = {'best': best, 'cells': results}
   text = (f'## {title}\n\n' if title else '') + table + '\n'
-  with open(os.path.join(workdir, 'comparison.md'), 'w') as f:
-    f.write(text)
-  with open(os.path.join(workdir, 'comparison.json'), 'w') as f:
-    json.dump(results, f, indent=2)
-  _plot(runs, columns, os.path.join(workdir, 'comparison.png'), title, spread=seeds > 1)
-  if curves:
-    _plot_curves(runs, workdir, seeds, curves, title)
+  try:
+    workdir_lib.write_text(os.path.join(workdir, 'comparison.md'), text)
+    workdir_lib.write_text(os.path.join(workdir, 'comparison.json'),
+                           json.dumps(results, indent=2))
+    _plot(runs, columns, os.path.join(workdir, 'comparison.png'), title, spread=seeds > 1)
+    if curves:
+      _plot_curves(runs, workdir, seeds, curves, title)
+  except OSError as e:
+    raise workdir_lib.WorkdirError(
+        f'cannot write the comparison in {workdir} ({workdir_lib.describe_os_error(e)}); its '
+        'runs are kept: fix this and run the same command again.') from e
   return text

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 
 import jax
@@ -38,7 +39,7 @@ import numpy as np
 import tqdm
 
 from fedjax_het import algorithms, config as config_lib, data as data_lib, \
-    logging_writers, models, plots, workdir as workdir_lib
+    logging_writers, models, plots, sanity, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
@@ -157,7 +158,8 @@ class MetricsLog:
     self.path = path
     self.writers = list(writers)
     self.write = write  # False: keep the rows only (a non-primary process)
-    self.rows = [r for r in read_metrics(path) if r['round'] <= resume_round]
+    self.rows = [r for r in workdir_lib.read_metrics(path)
+                 if r['round'] <= resume_round]
     if write:
       workdir_lib.write_text(
           path, ''.join(json.dumps(row) + '\n' for row in self.rows))
@@ -174,28 +176,6 @@ class MetricsLog:
   def close(self) -> None:
     for writer in self.writers:
       writer.close()
-
-
-def read_metrics(path: str) -> list[dict]:
-  """The rows of a metrics.jsonl ([] if absent), without a torn last line.
-
-  Any other unreadable line is a WorkdirError naming the file and line.
-  """
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    lines = [line for line in f if line.strip()]
-  rows = []
-  for number, line in enumerate(lines, 1):
-    try:
-      rows.append(json.loads(line))
-    except json.JSONDecodeError as e:
-      if number == len(lines) and not line.endswith('\n'):
-        break  # torn by a crash while it was written; the checkpoint decides.
-      raise workdir_lib.WorkdirError(
-          f'{path} line {number} is not JSON ({e.msg}); repair or remove the '
-          'line to resume.') from e
-  return rows
 
 
 def new_host_counters() -> dict:
@@ -258,13 +238,8 @@ def expand_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
 
 
 def _read_config_json(path: str) -> dict:
-  try:
-    with open(path) as f:
-      previous = json.load(f)
-  except json.JSONDecodeError as e:
-    raise workdir_lib.WorkdirError(
-        f'{path} is not a JSON config ({e.msg}); restore it, or delete it to '
-        'resume with the current config.') from e
+  previous = workdir_lib.read_json(
+      path, 'restore it, or delete it to resume with the current config.')
   if not isinstance(previous, dict):
     raise workdir_lib.WorkdirError(f'{path} is not a JSON config object.')
   return previous
@@ -284,14 +259,19 @@ def _with_defaults(stored: dict, defaults: dict) -> dict:
   return filled
 
 
-def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """ConfigError unless `config` may resume the run held in `workdir`."""
+def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
+                    checkpoints: RunCheckpoints) -> None:
+  """ConfigError unless `config` may resume the run held in `workdir`: the
+  one in its config.json or, if that is lost, the one stored with its
+  newest checkpoint."""
   path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  lost = not os.path.exists(path)
+  stored = checkpoints.stored_config() if lost else _read_config_json(path)
+  if stored is None:
     return
   # Keys added to the library since the run started (a new method's
   # section, a new option) count as their defaults.
-  previous = _with_defaults(_read_config_json(path),
+  previous = _with_defaults(stored,
                             json.loads(config_lib.base_config().to_json()))
   current = json.loads(config.to_json())
   resumable = _RESUMABLE_CHANGES
@@ -306,9 +286,12 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:
         f'the run in {workdir} (rounds={previous.get("rounds")}) cannot be '
         f'resumed with rounds={config.rounds}; use a new --workdir.')
   if changed:
+    source = (', read from its checkpoints as config.json is missing'
+              if lost else '')
     raise config_lib.ConfigError(
         f'workdir {workdir} holds a run with a different config '
-        f'({", ".join(changed)}); use a new --workdir to start a new run.')
+        f'({", ".join(changed)}{source}); use a new --workdir to start a new '
+        'run.')
 
 
 class _InterruptFlag:
@@ -386,7 +369,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
           contextlib.nullcontext())
   with held:
     try:
-      return _train_locked(config, workdir, started)
+      with contextlib.closing(RunCheckpoints(
+          workdir, config.checkpoints_to_keep,
+          json.loads(config.to_json()))) as checkpoints:
+        return _train_locked(config, workdir, started, checkpoints)
     except OSError as e:
       raise workdir_lib.WorkdirError(
           f'{workdir_lib.describe_os_error(e)}; the checkpoints in {workdir} '
@@ -416,17 +402,19 @@ def _restore(checkpoints: RunCheckpoints, state, config, workdir: str):
 
 
 def _train_locked(config: ml_collections.ConfigDict, workdir: str,
-                  started: float) -> dict:
+                  started: float, checkpoints: RunCheckpoints) -> dict:
   """`train` once the workdir is held; `started` is the session's start."""
-  _check_same_run(workdir, config)
+  _check_same_run(workdir, config, checkpoints)
   primary = jax.process_index() == 0
   try:
     split, model, params, algorithm = build_experiment(config)
   except ValueError as e:  # bad dataset/partition/model choices or sizes.
     raise config_lib.ConfigError(str(e)) from e
+  warnings = sanity.data_warnings(split, config.batch_size)
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
                            config.to_json(indent=2))
+    sanity.report(warnings)
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))
   runner = make_runner(config, algorithm)
@@ -439,21 +427,16 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     train_data = runner.place(split.train.to_device())
     run_chunk = lambda state, n: runner.run(state, train_data, n)
 
-  checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
-  try:
-    round_index, state, host = _restore(checkpoints, state, config, workdir)
-    finished = os.path.join(workdir, 'summary.json')
-    if round_index == config.rounds and os.path.exists(finished):
-      # A finished run: its summary (timings included) stands as written.
-      checkpoints.close()
-      with open(finished) as f:
-        return json.load(f)
-    log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index,
-                     logging_writers.create(config, workdir) if primary else
-                     [], write=primary)
-  except BaseException:
-    checkpoints.close()
-    raise
+  round_index, state, host = _restore(checkpoints, state, config, workdir)
+  finished = os.path.join(workdir, 'summary.json')
+  if round_index == config.rounds and os.path.exists(finished):
+    # A finished run: its summary (timings included) stands as written.
+    return workdir_lib.read_json(
+        finished, 'delete it and run the same command again to write it '
+        'anew from metrics.jsonl and the last checkpoint.')
+  log = MetricsLog(os.path.join(workdir, 'metrics.jsonl'), round_index,
+                   logging_writers.create(config, workdir) if primary else [],
+                   write=primary)
 
   def log_evaluation() -> dict:
     row = evaluation_row(round_index, host,
@@ -508,11 +491,13 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
       log_evaluation()
   finally:
     bar.close()
-    checkpoints.close()
-    log.close()
-    if log.rows and primary:
-      plots.plot_curves(log.rows, os.path.join(workdir, 'curves.png'),
-                        title=f'{config.algorithm} on {config.dataset}')
+    # A failed run's plot may fail too (a full disk): report the first error.
+    with (contextlib.suppress(OSError) if sys.exc_info()[0] else
+          contextlib.nullcontext()):
+      log.close()
+      if log.rows and primary:
+        plots.plot_curves(log.rows, os.path.join(workdir, 'curves.png'),
+                          title=f'{config.algorithm} on {config.dataset}')
 
   host['wall_time'] += time.perf_counter() - clock
   summary = _summary(config, log.rows, host, num_params, chunk_seconds)
@@ -520,7 +505,10 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   summary['last_round'] = {k: summary['totals'].pop(k)
                            for k in algorithm.per_round_metrics
                            if k in summary['totals']}
+  late = sanity.chance_warnings(summary, split.test_y)
+  summary['warnings'] = warnings + late
   if primary:
+    sanity.report(late)
     workdir_lib.write_text(os.path.join(workdir, 'summary.json'),
                            json.dumps(summary, indent=2))
   return summary

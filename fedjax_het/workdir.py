@@ -1,4 +1,5 @@
-"""A run's workdir: user paths, one run at a time, files written whole.
+"""A run's workdir: user paths, one run at a time, files written whole and
+read back through one checked reader (`read_json`).
 
 `lock(workdir)` makes a run own its workdir: it holds an exclusive `flock` on
 `<workdir>/.lock` (which records the holder's pid, host and start time) until
@@ -9,6 +10,7 @@ run on the same workdir stops with a `WorkdirError` naming the holder.
 import contextlib
 import datetime
 import fcntl
+import json
 import os
 import socket
 
@@ -80,3 +82,45 @@ def write_text(path: str, text: str) -> None:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def read_json(path: str, advice: str, lines: bool = False,
+              torn_tail: bool = False):
+  """The JSON value in `path`, or with `lines` (JSON Lines) the list of the
+  values of its non-empty lines.
+
+  With `torn_tail`, a last line without its newline that is not JSON (torn
+  by a crash while it was written) is left out. Anything else that is not
+  UTF-8 JSON is a one-line WorkdirError naming the file (and line) and ending
+  in `advice`, what to do about it.
+  """
+  with open(path, 'rb') as f:
+    raw = f.read()
+  chunks = raw.splitlines(keepends=True) if lines else [raw]
+  values = []
+  for number, chunk in enumerate(chunks, 1):
+    if lines and not chunk.strip():
+      continue
+    try:
+      values.append(json.loads(chunk.decode('utf-8')))
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+      if torn_tail and number == len(chunks) and not chunk.endswith(b'\n'):
+        break
+      where = f'{path} line {number}' if lines else path
+      reason = ('empty' if not chunk.strip() else getattr(e, 'msg', None) or
+                'not UTF-8 text')
+      raise WorkdirError(f'{where} is not JSON ({reason}); {advice}') from e
+  return values if lines else values[0]
+
+
+def read_metrics(path: str, torn_tail: bool = True) -> list[dict]:
+  """The rows of a metrics.jsonl ([] if absent), without a torn last line
+  (unless `torn_tail` is False: the rows of a finished run).
+
+  Any other unreadable line is a WorkdirError naming the file and line.
+  """
+  if not os.path.exists(path):
+    return []
+  return read_json(
+      path, 'repair or remove the line, then run the same command again.',
+      lines=True, torn_tail=torn_tail)

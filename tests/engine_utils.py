@@ -68,10 +68,10 @@ def checkpoint_round_trip(directory: str, round_index: int, state, like,
                           host=None):
   """(state, host) saved as round `round_index` in `directory` and read back
   onto the structure of `like`, each through its own `RunCheckpoints`."""
-  checkpoints = RunCheckpoints(directory, 2)
+  checkpoints = RunCheckpoints(directory, 2, {})
   checkpoints.save(round_index, state, {} if host is None else host)
   checkpoints.close()
-  checkpoints = RunCheckpoints(directory, 2)
+  checkpoints = RunCheckpoints(directory, 2, {})
   try:
     return checkpoints.restore(round_index, like)
   finally:

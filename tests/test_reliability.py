@@ -101,12 +101,13 @@ def test_a_garbled_metrics_line_before_the_last_is_named(tmp_path):
   path = tmp_path / 'metrics.jsonl'
   path.write_text('{"round": 2}\nnot json\n{"round": 4}\n')
   with pytest.raises(workdir_lib.WorkdirError, match='metrics.jsonl line 2'):
-    run.read_metrics(str(path))
+    workdir_lib.read_metrics(str(path))
 
 
-@pytest.mark.parametrize('text', ['', '{"rounds": 4', '[1, 2]'])
+@pytest.mark.parametrize('text', [b'', b'{"rounds": 4', b'[1, 2]',
+                                  b'\xff\xfe garbage'])
 def test_an_unusable_config_json_is_named_in_one_line(tmp_path, capsys, text):
-  (tmp_path / 'config.json').write_text(text)
+  (tmp_path / 'config.json').write_bytes(text)
   code = cli.main(QUICK + [f'--workdir={tmp_path}'])
   assert 'config.json' in one_line_error(capsys, code, 1)
 

@@ -36,8 +36,14 @@ OPTION_GROUPS = tuple(dict.fromkeys(
 
 
 def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
-  """Instantiates the method called `name` for a model and federated data."""
+  """Instantiates the method called `name` for a model and federated data.
+
+  The data are validated first against the model's classes
+  (`FederatedData.validate`): a bad label, count or feature is a one-line
+  ValueError naming the client and row, not NaNs or wrong results later.
+  """
   if name not in ALGORITHMS:
     raise ValueError(f'unknown algorithm {name!r}; choose one of '
                      f'{", ".join(sorted(ALGORITHMS))}.')
+  data.validate(model.num_classes)
   return ALGORITHMS[name](config, model, data)

@@ -58,6 +58,38 @@ class FederatedData:
     """The row of `x`, `y`, `counts` holding client `client_id`: the id itself."""
     return client_id
 
+  def validate(self, num_classes: int, chunk_bytes: int = 1 << 26) -> None:
+    """Raises a one-line ValueError naming the first bad client and row.
+
+    Checks the layout (counts [M] and y [M, N, ...] of an integer dtype, x [M, N, ...]),
+    every count within [1, N], every valid row's labels in [0, num_classes) (next-token
+    labels y [M, N, L]: every token below the vocabulary size `num_classes`, PAD = 0
+    included) and its features finite. Host leaves (numpy or `np.memmap`) are read
+    `chunk_bytes` of clients at a time, so a large memmap is never loaded whole.
+    """
+    # Device leaves come to the host whole (they fit there); host ones stay put.
+    x, y, counts = (a if isinstance(a, np.ndarray) else np.asarray(a)
+                    for a in (self.x, self.y, self.counts))
+    for name, leaf in (('counts', counts), ('y', y)):
+      if not np.issubdtype(leaf.dtype, np.integer):
+        raise ValueError(f'federated data: {name} are {leaf.dtype}; they must be integers '
+                         f'(e.g. {name}.astype(np.int32)).')
+    if counts.ndim != 1 or y.ndim < 2 or x.shape[:2] != y.shape[:2] or \
+        y.shape[0] != counts.size:
+      raise ValueError(f'federated data: counts {counts.shape}, y {y.shape} and x {x.shape} '
+                       'must be [M], [M, N, ...] and [M, N, ...].')
+    rows = y.shape[1]
+    at = _first((counts < 1) | (counts > rows))
+    if at:
+      raise ValueError(f'federated data: client {at[0]} has counts {counts[at]}, outside '
+                       f'[1, {rows}] (its padded rows); fix the counts or the padding.')
+    per_client = max(x[:1].nbytes + y[:1].nbytes, 1)
+    step = max(1, chunk_bytes // per_client)
+    for start in range(0, len(counts), step):
+      _validate_rows(np.asarray(x[start:start + step]),
+                     np.asarray(y[start:start + step]), counts[start:start + step],
+                     num_classes, start)
+
   def cohorts(self, client_ids: np.ndarray) -> CohortData:
     """The host rows of the clients `client_ids` (int [..., K]) as a `CohortData` with the
     same leading axes, e.g. [R, K] for R rounds' cohorts; works on `np.memmap` leaves
@@ -69,6 +101,29 @@ class FederatedData:
     return CohortData(x=np.asarray(self.x[ids]), y=np.asarray(self.y[ids]),
                       counts=np.asarray(self.counts)[ids],
                       client_ids=ids.astype(np.int32))
+
+
+def _first(bad: np.ndarray) -> tuple[int, ...] | None:
+  """The index of the first set entry of `bad`, or None if none is set."""
+  return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+
+
+def _validate_rows(x: np.ndarray, y: np.ndarray, counts: np.ndarray, num_classes: int,
+                   first_client: int) -> None:
+  """`FederatedData.validate` of the valid rows of a block of clients from `first_client`."""
+  valid = np.arange(y.shape[1]) < counts[:, None]
+  tokens = y.reshape(*y.shape[:2], -1)  # a class label is one token
+  at = _first(valid[..., None] & ((tokens < 0) | (tokens >= num_classes)))
+  if at:
+    kind, range_of = ('token', 'vocabulary') if y.ndim > 2 else ('label', 'classes')
+    raise ValueError(f'federated data: client {first_client + at[0]}, row {at[1]}: {kind} '
+                     f'{tokens[at]} lies outside [0, {num_classes}), the model\'s {range_of}; '
+                     'fix the labels or the number of classes.')
+  if np.issubdtype(x.dtype, np.inexact):
+    at = _first(valid & ~np.isfinite(x).reshape(*x.shape[:2], -1).all(-1))
+    if at:
+      raise ValueError(f'federated data: client {first_client + at[0]}, row {at[1]}: its '
+                       'features are not finite (NaN or inf); fix or drop that example.')
 
 
 @flax.struct.dataclass
