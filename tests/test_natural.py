@@ -1,6 +1,6 @@
 """Natural federated sets (fedjax_het.data.natural*): readers of every format on files written
-here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming
-and one CLI run per format."""
+here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming,
+one CLI run per format and one per LEAF-only set (Sent140, CelebA)."""
 import json
 import lzma
 import os
@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import cli, evaluation, models
+from fedjax_het import cli, evaluation, models, run
 from fedjax_het.data import natural, natural_files, text
 from fedjax_het.data.natural import NaturalOptions, load_natural
+from fedjax_het.models import text as text_models
+from fedjax_het.options import ConfigError
 import natural_writers as nw
 
 FORMATS = natural.FORMATS
@@ -295,3 +297,106 @@ def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path):
   nw.truncate(tmp_path / 'emnist_all.sqlite.lzma')
   one_line_error('emnist_all.sqlite.lzma does not decompress', lambda: load_natural(
       'fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options()))
+
+
+def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
+  glove = nw.write_sent140(tmp_path)
+  assert text.sent140_words("I can't wait,really!!") == ['I', "can't", 'wait', ',', 'really', '!',
+                                                         '!']
+  split = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
+                       options=options(sequence_length=4), local_test=True)
+  ids = file_order('leaf_json', nw.SENT140_TRAIN)
+  assert split.client_ids == tuple(ids) and split.num_classes == 2
+  np.testing.assert_array_equal(split.train.counts, [len(nw.SENT140_TRAIN[c]) for c in ids])
+  unk = len(nw.GLOVE_WORDS)
+  love, sad, the, is_, it, i, comma, bang, cant = range(unk)
+  alice = ids.index('alice_bob')
+  np.testing.assert_array_equal(split.train.x[alice, :3], [[i, love, it, comma],
+                                                           [unk, sad, unk, unk],
+                                                           [love, love, love, unk]])
+  np.testing.assert_array_equal(split.train.y[alice, :3], [1, 0, 1])
+  assert split.input_vocab == unk + 1 and split.embeddings.shape == (unk + 1, 4)
+  np.testing.assert_array_equal(split.embeddings[sad], [1, 1.5, 2, 2.5])
+  assert not split.embeddings[unk].any()  # LEAF's zero row for the unknown word
+  assert split.local_test.x.shape[1:] == (1, 4)
+  trained = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
+                         options=options(vocabulary='train', vocab_size=2))
+  assert trained.input_vocab == 3 and trained.embeddings is None  # 'love' 0, 'I' 1, unknown 2
+  np.testing.assert_array_equal(trained.train.x[alice, 2, :4], [0, 0, 0, 2])
+  os.remove(glove)
+  message = one_line_error('glove.6B.300d.txt does not exist', lambda: load_natural(
+      'sent140', str(tmp_path), num_clients=3, seed=0, options=options()))
+  assert 'nlp.stanford.edu/projects/glove' in message and 'vocabulary=train' in message
+  with open(glove, 'w') as f:
+    f.write('love 0 0.5\nsad 1 1.5\nthe 2')  # truncated
+  one_line_error('glove.6B.300d.txt has lines of different lengths', lambda: load_natural(
+      'sent140', str(tmp_path), num_clients=3, seed=0, options=options()))
+  with pytest.raises(ConfigError, match='natural.vocabulary is read by sent140 only'):
+    load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0,
+                 options=options(vocabulary='train'))
+
+
+def test_celeba_decodes_resized_images_once_into_the_cache(tmp_path):
+  nw.write_celeba(tmp_path)
+  split = load_natural('celeba', str(tmp_path), num_clients=3, seed=0, options=options())
+  ids = file_order('leaf_json', nw.CELEBA_TRAIN)
+  assert split.client_ids == tuple(ids) and split.num_classes == 2
+  np.testing.assert_array_equal(split.train.counts, [nw.CELEBA_TRAIN[c] for c in ids])
+  assert split.train.x.shape == (3, 3, 84, 84, 3) and isinstance(split.train.x, np.memmap)
+  numbers = {'12': [1, 2, 3], '7': [4], '301': [5, 6]}  # written in train's dict order
+  for row, cid in enumerate(ids):
+    for k, number in enumerate(numbers[cid]):
+      np.testing.assert_allclose(split.train.x[row, k], np.broadcast_to(
+          np.float32(nw.celeba_colour(number)) / 255, (84, 84, 3)), atol=3 / 255)
+      assert split.train.y[row, k] == k % 2
+  np.testing.assert_array_equal(split.test_y, [0, 0, 0])
+  # Decoded once: the cached run reads no image.
+  for name in os.listdir(tmp_path / 'img_align_celeba'):
+    os.remove(tmp_path / 'img_align_celeba' / name)
+  again = load_natural('celeba', str(tmp_path), num_clients=3, seed=0, options=options())
+  np.testing.assert_array_equal(again.train.x, split.train.x)
+  one_line_error(r'img_align_celeba/0000\d\d.jpg is not a readable image', lambda: load_natural(
+      'celeba', str(tmp_path), num_clients=2, seed=0, options=options()))
+  nw.write_celeba(tmp_path)
+  nw.truncate(tmp_path / 'img_align_celeba' / '000004.jpg', 0.4)
+  one_line_error(r'000004.jpg is not a readable image', lambda: load_natural(
+      'celeba', str(tmp_path), num_clients=3, seed=1, options=options()))
+  one_line_error('reads its images from .*nowhere, which is not a folder.*img_align_celeba.zip',
+                 lambda: load_natural('celeba', str(tmp_path), num_clients=3, seed=0,
+                                      options=options(images_dir=str(tmp_path / 'nowhere'))))
+
+
+def test_leaf_models_are_leaf_sized():
+  cnn = models.create_model('leaf_cnn', 2)
+  shapes = jax.eval_shape(lambda k: models.init_params(cnn, k, (84, 84, 3)),
+                          jax.random.PRNGKey(0))
+  assert sum(p.size for p in jax.tree.leaves(shapes)) == 31_202  # models/cnn.py
+  assert shapes['head']['kernel'].shape == (6 * 6 * 32, 2)  # 'same' pooling: 84-42-21-11-6
+  lstm = models.create_model('sent140_lstm', 2, vocab_size=400_001)
+  shapes = jax.eval_shape(lambda k: models.init_params(lstm, k, (25,)), jax.random.PRNGKey(0))
+  assert sum(p.size for p in jax.tree.leaves(shapes)) == 120_254_286  # models/text.py
+  vectors = np.ones((5, 3), np.float32)
+  params = {'embed': {'embedding': np.zeros((5, 3), np.float32)}, 'head': {}}
+  np.testing.assert_array_equal(text_models.load_embeddings(params, vectors)['embed']['embedding'],
+                                vectors)
+  assert text_models.load_embeddings(params, vectors[:, :2]) is params  # other size: random init
+
+
+def test_leaf_sent140_and_celeba_train_through_the_cli(tmp_path):
+  """One tiny run of each LEAF set: Sent140's LSTM on GloVe vectors, CelebA's CNN."""
+  data = tmp_path / 'data'
+  data.mkdir()
+  nw.write_sent140(data)
+  nw.write_celeba(data)
+  tiny_lstm = {'embed': 4, 'hidden': (4,), 'dense': 4}
+  config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
+  config.update(data_dir=str(data), num_clients=3, model_options=tiny_lstm)
+  _, model, params, _ = run.build_experiment(config)  # GloVe's vectors are the embedding
+  assert model.vocab_size == len(nw.GLOVE_WORDS) + 1
+  np.testing.assert_array_equal(params['embed']['embedding'][1], [1, 1.5, 2, 2.5])
+  sent140 = cli_run(tmp_path, 'fedavg_sent140.py', data, 'sent140', '--config.num_clients=3',
+                    f'--config.model_options={tiny_lstm}')
+  celeba = cli_run(tmp_path, 'fedavg_celeba.py', data, 'celeba', '--config.num_clients=3',
+                   "--config.model_options={'blocks': 2, 'channels': 4}")
+  for summary in (sent140, celeba):
+    assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
