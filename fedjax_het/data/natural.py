@@ -89,10 +89,10 @@ class NaturalOptions(OptionGroup):
   max_examples: int = option(0, 'natural sets: keep at most this many train rows (images, sequences) of each client, its first ones (TFF StackOverflow: 256); 0 = all', check=non_negative_int)
   sequence_length: int = option(0, 'shakespeare / stackoverflow / sent140: tokens per sequence (0: the benchmark\'s, 80 / 20 / 25)', check=non_negative_int)
   vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000); sent140 with vocabulary=train: the most frequent words of the train tweets (10000 is ours, LEAF has no such vocabulary)', check=positive_int)
-  vocabulary: str = option('glove', 'sent140: its words; glove = every word of natural.glove_file, whose vectors initialise the embedding (LEAF\'s) | train = the natural.vocab_size most frequent words of the train tweets (no GloVe needed)', choices=VOCABULARIES)
-  glove_file: str = option('', f'sent140 with vocabulary=glove: the GloVe text file ({text.GLOVE_FILE} of {text.GLOVE_SOURCE}); \'\' = <data_dir>/{text.GLOVE_FILE}')
-  images_dir: str = option('', f'celeba: the folder of CelebA\'s aligned JPEGs ({natural_files.CELEBA_IMAGES} of {natural_files.CELEBA_SOURCE}); \'\' = <data_dir>/{natural_files.CELEBA_IMAGES}')
-  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True, else no cache')
+  vocabulary: str = option('glove', 'sent140: its words; glove = every word of natural.glove_file (LEAF\'s vocabulary), whose vectors initialise an embedding of their size (the paper\'s pretrained GloVe) | train = the natural.vocab_size most frequent words of the train tweets (no GloVe needed)', choices=VOCABULARIES)
+  glove_file: str = option('', f'sent140 with vocabulary=glove: the GloVe text file, {text.GLOVE_FILE} from {text.GLOVE_SOURCE}; \'\' = <data_dir>/{text.GLOVE_FILE}')
+  images_dir: str = option('', f'celeba: the folder of CelebA\'s aligned JPEGs, {natural_files.CELEBA_IMAGES}/ from {natural_files.CELEBA_SOURCE}; \'\' = <data_dir>/{natural_files.CELEBA_IMAGES}')
+  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True and for celeba (its decoded images), else no cache')
 
 
 @dataclasses.dataclass(frozen=True)

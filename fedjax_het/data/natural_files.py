@@ -396,7 +396,7 @@ class LeafJson:
 # ---- images named by LEAF's CelebA ---------------------------------------------------------------
 CELEBA_IMAGES = 'img_align_celeba'
 CELEBA_SOURCE = ('img_align_celeba.zip of the CelebA page, '
-                 'mmlab.ie.cuhk.edu.hk/projects/CelebA.html')
+                 'http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html')
 CELEBA_IMAGE_SIZE = 84  # LEAF's models/celeba/cnn.py IMAGE_SIZE
 
 

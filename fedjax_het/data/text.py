@@ -126,8 +126,7 @@ def stackoverflow_sequences(tokens, vocab: dict[str, int],
 SENT140_SEQUENCE_LENGTH = 25  # LEAF's stacked_lstm: MODEL_PARAMS seq_len, line_to_indices max_words
 SENT140_TEXT_FIELD = 4        # LEAF's x: [tweet id, date, query, user, text]
 GLOVE_FILE = 'glove.6B.300d.txt'
-GLOVE_SOURCE = ('glove.6B.zip from https://nlp.stanford.edu/projects/glove/ (Stanford GloVe 6B), '
-                'extracted')
+GLOVE_SOURCE = "glove.6B.zip of Stanford's GloVe page, https://nlp.stanford.edu/projects/glove/"
 _LEAF_WORDS = re.compile(r"[\w']+|[.,!?;]")
 
 
@@ -143,7 +142,7 @@ def read_glove(path: str, vectors: bool) -> tuple[dict[str, int], np.ndarray | N
   get_embs.py appends, or None without `vectors`)."""
   if not os.path.isfile(path):
     raise ValueError(f'{path} does not exist: Sent140\'s vocabulary is GloVe\'s {GLOVE_FILE} '
-                     f'({GLOVE_SOURCE}); set natural.glove_file to it, or '
+                     f'(extract it from {GLOVE_SOURCE}); set natural.glove_file to it, or '
                      'natural.vocabulary=train.')
   words, rows = {}, []
   try:
