@@ -1,6 +1,6 @@
 """Natural federated sets (fedjax_het.data.natural*): readers of every format on files written
-here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming,
-one CLI run per format and one per LEAF-only set (Sent140, CelebA)."""
+here (tests/natural_writers.py), the natural partition, text tokens, LEAF's Sent140 and CelebA,
+the memmap cache, streaming and one CLI run per dataset."""
 import json
 import lzma
 import os
@@ -222,20 +222,25 @@ def cli_run(tmp_path, config, data, workdir, *overrides):
     return json.load(f)
 
 
-@pytest.mark.parametrize('fmt', FORMATS)
-def test_a_run_per_format_trains_through_the_cli(tmp_path, fmt):
-  """F-EMNIST with an MLP in three formats, Shakespeare's LSTM in FedJAX's (one LSTM compile
-  keeps the suite fast; the readers of every format are checked above)."""
+# dataset -> (writer, config, its tiny model options); F-EMNIST's runs are the streaming test's.
+CLI_RUNS = {
+    'shakespeare': (lambda d: nw.write_shakespeare(d, 'fedjax_sqlite'), 'fedavg_shakespeare.py',
+                    {'embed': 4, 'hidden': (8,)}),
+    'sent140': (nw.write_sent140, 'fedavg_sent140.py', {'embed': 4, 'hidden': (4,), 'dense': 4}),
+    'celeba': (nw.write_celeba, 'fedavg_celeba.py', {'blocks': 2, 'channels': 4}),
+}
+
+
+@pytest.mark.parametrize('dataset', CLI_RUNS)
+def test_a_run_per_dataset_trains_through_the_cli(tmp_path, dataset):
+  """One tiny CLI run per set beside F-EMNIST: Shakespeare from FedJAX's SQLite, Sent140 (on
+  GloVe's vectors) and CelebA from LEAF's JSON; the readers of every format are checked above."""
+  write, config, model_options = CLI_RUNS[dataset]
   data = tmp_path / 'data'
   data.mkdir()
-  if fmt != 'fedjax_sqlite':
-    nw.write_emnist(data, fmt)
-    summary = cli_run(tmp_path, 'fedavg_femnist.py', data, 'run', '--config.num_clients=4',
-                      "--config.model='mlp'", "--config.model_options={'hidden': (8,)}")
-  else:
-    nw.write_shakespeare(data, fmt)
-    summary = cli_run(tmp_path, 'fedavg_shakespeare.py', data, 'run', '--config.num_clients=3',
-                      "--config.model_options={'embed': 4, 'hidden': (8,)}")
+  write(data)
+  summary = cli_run(tmp_path, config, data, 'run', '--config.num_clients=3',
+                    f'--config.model_options={model_options}')
   assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
 
 
@@ -319,6 +324,11 @@ def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
   np.testing.assert_array_equal(split.embeddings[sad], [1, 1.5, 2, 2.5])
   assert not split.embeddings[unk].any()  # LEAF's zero row for the unknown word
   assert split.local_test.x.shape[1:] == (1, 4)
+  config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
+  config.update(data_dir=str(tmp_path), num_clients=3, model_options=CLI_RUNS['sent140'][2])
+  _, model, params, _ = run.build_experiment(config)  # the vocabulary sizes the embedding,
+  assert model.vocab_size == unk + 1                   # GloVe's vectors fill it
+  np.testing.assert_array_equal(params['embed']['embedding'][sad], [1, 1.5, 2, 2.5])
   trained = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
                          options=options(vocabulary='train', vocab_size=2))
   assert trained.input_vocab == 3 and trained.embeddings is None  # 'love' 0, 'I' 1, unknown 2
@@ -380,23 +390,3 @@ def test_leaf_models_are_leaf_sized():
   np.testing.assert_array_equal(text_models.load_embeddings(params, vectors)['embed']['embedding'],
                                 vectors)
   assert text_models.load_embeddings(params, vectors[:, :2]) is params  # other size: random init
-
-
-def test_leaf_sent140_and_celeba_train_through_the_cli(tmp_path):
-  """One tiny run of each LEAF set: Sent140's LSTM on GloVe vectors, CelebA's CNN."""
-  data = tmp_path / 'data'
-  data.mkdir()
-  nw.write_sent140(data)
-  nw.write_celeba(data)
-  tiny_lstm = {'embed': 4, 'hidden': (4,), 'dense': 4}
-  config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
-  config.update(data_dir=str(data), num_clients=3, model_options=tiny_lstm)
-  _, model, params, _ = run.build_experiment(config)  # GloVe's vectors are the embedding
-  assert model.vocab_size == len(nw.GLOVE_WORDS) + 1
-  np.testing.assert_array_equal(params['embed']['embedding'][1], [1, 1.5, 2, 2.5])
-  sent140 = cli_run(tmp_path, 'fedavg_sent140.py', data, 'sent140', '--config.num_clients=3',
-                    f'--config.model_options={tiny_lstm}')
-  celeba = cli_run(tmp_path, 'fedavg_celeba.py', data, 'celeba', '--config.num_clients=3',
-                   "--config.model_options={'blocks': 2, 'channels': 4}")
-  for summary in (sent140, celeba):
-    assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
