@@ -46,7 +46,8 @@ is every word of GloVe's glove.6B.300d.txt (`natural.glove_file`, read, never do
 the split carries GloVe's vectors [400,001, 300] (a zero row for the unknown word) that
 `run.build_experiment` copies into the model's embedding; `natural.vocabulary='train'` instead
 takes the `natural.vocab_size` most frequent words of the train file's tweets (every user's,
-so the vocabulary does not depend on the kept clients), for runs without GloVe.
+so the vocabulary does not depend on the kept clients; read again on every run, the cache
+included), for runs without GloVe.
 
 CelebA (LEAF's models/celeba/cnn.py): x are file names in CelebA's img_align_celeba/ folder
 (`natural.images_dir`), y the Smiling attribute as LEAF's metadata_to_json.py writes it (0.0 /
@@ -400,7 +401,8 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     A FederatedSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
     [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
     conversion: images, or sequences); test_x/test_y the global test set; local_test per
-    client with `local_test`; client_ids the files' ids of the train rows. With
+    client with `local_test`; client_ids the files' ids of the train rows; input_vocab and
+    embeddings Sent140's token ids and GloVe vectors (0 and None for other sets). With
     `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
     to `<data_dir>/fedjax_het_cache`), the leaves are np.memmap.
 
