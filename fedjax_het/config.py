@@ -49,7 +49,7 @@ class CoreOptions(OptionGroup):
   algorithm: str = option('fedavg', 'the federated method (fedjax_het.algorithms.ALGORITHMS)')
   seed: int = option(0, 'seed of the data split, the model init and every round\'s draws')
   # Data.
-  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS); with partition=natural: fed_emnist | fed_cifar100 | shakespeare | stackoverflow (fedjax_het.data.natural, the `natural` section)')
+  dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS); with partition=natural: fed_emnist | fed_cifar100 | shakespeare | stackoverflow | sent140 | celeba (fedjax_het.data.natural, the `natural` section)')
   data_dir: str = option('', 'directory of the raw dataset files or of TFDS prepared data (\'\' = TFDS\'s default); the natural sets\' files (required)')
   dataset_options: dict = option({}, 'options of the dataset source, e.g. {\'noise\': 3.0} for synthetic')
   num_clients: int = option(100, 'M, the clients of the federation (partition=natural: the files\' clients kept, a subsample drawn with seed when fewer than all)', check=positive_int)

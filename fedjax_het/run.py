@@ -47,6 +47,7 @@ from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.sharding import client_mesh
 from fedjax_het.core.stream import CohortStream
+from fedjax_het.models import text as text_models
 from fedjax_het.models import vit as vit_lib
 from fedjax_het.models import vit_pretrained
 
@@ -55,7 +56,8 @@ _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
                       'checkpoint_every', 'checkpoints_to_keep',
                       'metric_writers', 'stream_cohorts')
 # Path keys: `~` and environment variables in them are expanded.
-_PATH_KEYS = ('data_dir', 'systems.trace', 'natural.cache_dir')
+_PATH_KEYS = ('data_dir', 'systems.trace', 'natural.cache_dir', 'natural.glove_file',
+              'natural.images_dir')
 
 
 class TrainingDiverged(RuntimeError):
@@ -71,7 +73,10 @@ def build_experiment(config: ml_collections.ConfigDict):
 
   With `init_params_file`, the pretrained ViT checkpoint is loaded into the
   initial params (`models.vit_pretrained`); a missing file or a model that is
-  not a ViT is refused before the data are loaded.
+  not a ViT is refused before the data are loaded. A text classifier's
+  `vocab_size` comes from the data (`FederatedSplit.input_vocab`) unless
+  model_options sets it, and Sent140's GloVe vectors become its initial
+  embedding (`models.text.load_embeddings`).
   """
   init_file = workdir_lib.expand(config.init_params_file)
   if init_file:
@@ -86,8 +91,10 @@ def build_experiment(config: ml_collections.ConfigDict):
           f'checkpoint ({vit_pretrained.DOWNLOAD_HINT}) and pass '
           '--config.init_params_file=PATH.')
   split = _federated_split(config)
-  model = models.create_model(config.model, split.num_classes,
-                              **config.model_options.to_dict())
+  model_options = config.model_options.to_dict()
+  if split.input_vocab:  # a text classifier's token ids (Sent140): its embedding rows
+    model_options.setdefault('vocab_size', split.input_vocab)
+  model = models.create_model(config.model, split.num_classes, **model_options)
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
   input_shape = augment_lib.output_shape(config.augment,
                                          split.train.x.shape[2:])
@@ -95,6 +102,8 @@ def build_experiment(config: ml_collections.ConfigDict):
   if init_file:
     params = vit_pretrained.load_pretrained(model, params, init_file,
                                             image_shape=input_shape)
+  if split.embeddings is not None:  # Sent140's GloVe vectors
+    params = text_models.load_embeddings(params, split.embeddings)
   algorithm = algorithms.create_algorithm(config.algorithm, config, model,
                                           split.train)
   return split, model, params, algorithm

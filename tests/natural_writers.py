@@ -227,3 +227,61 @@ def truncate(path, keep: float = 0.5):
 def float_field(number: int, value: float) -> bytes:
   """An unpacked fixed32 field (wire type 5)."""
   return varint(number << 3 | 5) + struct.pack('<f', value)
+
+
+# ---- LEAF's Sent140 and CelebA ------------------------------------------------------------------
+SENT140_TRAIN = {'alice_bob': ['I love it, really!', 'so sad today', 'love love love'],
+                 'zed99': ["can't wait"],
+                 'mo': ['the sun is out', 'meh.']}
+SENT140_TEST = {'alice_bob': ['love this'], 'zed99': ['sad :('], 'mo': ['out again']}
+GLOVE_WORDS = ['love', 'sad', 'the', 'is', 'it', 'I', ',', '!', "can't"]
+
+
+def sent140_row(user: str, i: int, tweet: str) -> list[str]:
+  """LEAF's Sent140 x row: [tweet id, date, query, user, text] (data_to_json.py: row[1:] of
+  Sentiment140's CSV)."""
+  return [str(1000 + i), 'Sat May 16 23:58:44 UTC 2009', 'NO_QUERY', user, tweet]
+
+
+def write_sent140(directory, glove_dim: int = 4):
+  """LEAF Sent140 train/ and test/ shards (label 1 when the tweet has 'love') and a GloVe
+  text file of GLOVE_WORDS, word i's vector [i, i + 0.5, ...]; returns its path."""
+  directory = str(directory)
+  for split, tweets in (('train', SENT140_TRAIN), ('test', SENT140_TEST)):
+    write_leaf(os.path.join(directory, split),
+               {u: {'x': [sent140_row(u, i, t) for i, t in enumerate(ts)],
+                    'y': [int('love' in t) for t in ts]} for u, ts in tweets.items()})
+  path = os.path.join(directory, 'glove.6B.300d.txt')
+  with open(path, 'w', encoding='utf-8') as f:
+    for i, word in enumerate(GLOVE_WORDS):
+      f.write(word + ' ' + ' '.join(str(i + 0.5 * k) for k in range(glove_dim)) + '\n')
+  return path
+
+
+CELEBA_TRAIN = {'12': 3, '7': 1, '301': 2}  # celebrity id -> images
+CELEBA_TEST = {'12': 1, '7': 1, '301': 1}
+
+
+def celeba_colour(number: int) -> tuple[int, int, int]:
+  """The solid RGB colour of written image `number`."""
+  return (number * 37 % 256, number * 91 % 256, number * 13 % 256)
+
+
+def write_celeba(directory):
+  """LEAF CelebA train/ and test/ shards (x CelebA's image names 000001.jpg, ...; y 0.0 / 1.0
+  as LEAF's metadata_to_json.py writes them) and their images in img_align_celeba/: 9x7 JPEGs of
+  one colour each (the reader resizes them to 84x84)."""
+  from PIL import Image
+  directory = str(directory)
+  images = os.path.join(directory, 'img_align_celeba')
+  os.makedirs(images, exist_ok=True)
+  number = 0
+  for split, sizes in (('train', CELEBA_TRAIN), ('test', CELEBA_TEST)):
+    clients = {}
+    for celeb, n in sizes.items():
+      names = [f'{number + k:06d}.jpg' for k in range(1, n + 1)]
+      number += n
+      clients[celeb] = {'x': names, 'y': [float(k % 2) for k in range(n)]}
+    write_leaf(os.path.join(directory, split), clients)
+  for k in range(1, number + 1):
+    Image.new('RGB', (9, 7), celeba_colour(k)).save(os.path.join(images, f'{k:06d}.jpg'))

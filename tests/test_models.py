@@ -106,7 +106,7 @@ def test_registry_lists_every_model():
   assert set(MODELS) == {'mlp', 'lenet5', 'simple_cnn', 'resnet18',
                          'split_cifar_cnn', 'split_emnist_cnn', 'split_lenet5',
                          'vit', 'vit_tiny', 'vit_base', 'vit_base_ext', 'lstm', 'shakespeare_lstm',
-                         'stackoverflow_lstm'}
+                         'stackoverflow_lstm', 'leaf_cnn', 'sentence_lstm', 'sent140_lstm'}
   assert set(NORMS) == {'static_bn', 'group', 'none'}
 
 
@@ -121,6 +121,8 @@ def test_registry_lists_every_model():
     ('resnet18', (32, 32, 3), 10, {'norm': 'group'}, 11_173_962),
     ('resnet18', (32, 32, 3), 10, {'norm': 'none'}, 11_164_362),
     ('resnet18', (32, 32, 3), 100, {}, 11_220_132),
+    ('leaf_cnn', (84, 84, 3), 2, {}, 31_202),  # LEAF CelebA; 'same' pooling: 84-42-21-11-6.
+    ('sent140_lstm', (25,), 2, {'vocab_size': 400_001}, 120_254_286),  # GloVe 6B: 400,000 words.
 ])
 def test_exact_param_counts(name, shape, num_classes, options, expected):
   assert _param_count(name, shape, num_classes, **options) == expected

@@ -1,6 +1,6 @@
 """Natural federated sets (fedjax_het.data.natural*): readers of every format on files written
-here (tests/natural_writers.py), the natural partition, text tokens, the memmap cache, streaming
-and one CLI run per format."""
+here (tests/natural_writers.py), the natural partition, text tokens, LEAF's Sent140 and CelebA,
+the memmap cache, streaming and one CLI run per dataset."""
 import json
 import lzma
 import os
@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import cli, evaluation, models
+from fedjax_het import cli, evaluation, models, run
 from fedjax_het.data import natural, natural_files, text
 from fedjax_het.data.natural import NaturalOptions, load_natural
+from fedjax_het.models import text as text_models
+from fedjax_het.options import ConfigError
 import natural_writers as nw
 
 FORMATS = natural.FORMATS
@@ -220,20 +222,25 @@ def cli_run(tmp_path, config, data, workdir, *overrides):
     return json.load(f)
 
 
-@pytest.mark.parametrize('fmt', FORMATS)
-def test_a_run_per_format_trains_through_the_cli(tmp_path, fmt):
-  """F-EMNIST with an MLP in three formats, Shakespeare's LSTM in FedJAX's (one LSTM compile
-  keeps the suite fast; the readers of every format are checked above)."""
+# dataset -> (writer, config, its tiny model options); F-EMNIST's runs are the streaming test's.
+CLI_RUNS = {
+    'shakespeare': (lambda d: nw.write_shakespeare(d, 'fedjax_sqlite'), 'fedavg_shakespeare.py',
+                    {'embed': 4, 'hidden': (8,)}),
+    'sent140': (nw.write_sent140, 'fedavg_sent140.py', {'embed': 4, 'hidden': (4,), 'dense': 4}),
+    'celeba': (nw.write_celeba, 'fedavg_celeba.py', {'blocks': 1, 'channels': 2}),
+}
+
+
+@pytest.mark.parametrize('dataset', CLI_RUNS)
+def test_a_run_per_dataset_trains_through_the_cli(tmp_path, dataset):
+  """One tiny CLI run per set beside F-EMNIST: Shakespeare from FedJAX's SQLite, Sent140 (on
+  GloVe's vectors) and CelebA from LEAF's JSON; the readers of every format are checked above."""
+  write, config, model_options = CLI_RUNS[dataset]
   data = tmp_path / 'data'
   data.mkdir()
-  if fmt != 'fedjax_sqlite':
-    nw.write_emnist(data, fmt)
-    summary = cli_run(tmp_path, 'fedavg_femnist.py', data, 'run', '--config.num_clients=4',
-                      "--config.model='mlp'", "--config.model_options={'hidden': (8,)}")
-  else:
-    nw.write_shakespeare(data, fmt)
-    summary = cli_run(tmp_path, 'fedavg_shakespeare.py', data, 'run', '--config.num_clients=3',
-                      "--config.model_options={'embed': 4, 'hidden': (8,)}")
+  write(data)
+  summary = cli_run(tmp_path, config, data, 'run', '--config.num_clients=3',
+                    f'--config.model_options={model_options}')
   assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
 
 
@@ -295,3 +302,77 @@ def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path):
   nw.truncate(tmp_path / 'emnist_all.sqlite.lzma')
   one_line_error('emnist_all.sqlite.lzma does not decompress', lambda: load_natural(
       'fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options()))
+
+
+def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
+  glove = nw.write_sent140(tmp_path)
+  assert text.sent140_words("I can't wait,really!!") == ['I', "can't", 'wait', ',', 'really', '!',
+                                                         '!']
+  split = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
+                       options=options(sequence_length=4), local_test=True)
+  ids = file_order('leaf_json', nw.SENT140_TRAIN)
+  assert split.client_ids == tuple(ids) and split.num_classes == 2
+  np.testing.assert_array_equal(split.train.counts, [len(nw.SENT140_TRAIN[c]) for c in ids])
+  unk = len(nw.GLOVE_WORDS)
+  love, sad, the, is_, it, i, comma, bang, cant = range(unk)
+  alice = ids.index('alice_bob')
+  np.testing.assert_array_equal(split.train.x[alice, :3], [[i, love, it, comma],
+                                                           [unk, sad, unk, unk],
+                                                           [love, love, love, unk]])
+  np.testing.assert_array_equal(split.train.y[alice, :3], [1, 0, 1])
+  assert split.input_vocab == unk + 1 and split.embeddings.shape == (unk + 1, 4)
+  np.testing.assert_array_equal(split.embeddings[sad], [1, 1.5, 2, 2.5])
+  assert not split.embeddings[unk].any()  # LEAF's zero row for the unknown word
+  assert split.local_test.x.shape[1:] == (1, 4)
+  config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
+  config.update(data_dir=str(tmp_path), num_clients=3, model_options=CLI_RUNS['sent140'][2])
+  _, model, params, _ = run.build_experiment(config)  # the vocabulary sizes the embedding,
+  assert model.vocab_size == unk + 1                   # GloVe's vectors fill it
+  np.testing.assert_array_equal(params['embed']['embedding'][sad], [1, 1.5, 2, 2.5])
+  assert text_models.load_embeddings(params, split.embeddings[:, :2]) is params  # other size:
+                                                                                  # random init
+  trained = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
+                         options=options(vocabulary='train', vocab_size=2))
+  assert trained.input_vocab == 3 and trained.embeddings is None  # 'love' 0, 'I' 1, unknown 2
+  np.testing.assert_array_equal(trained.train.x[alice, 2, :4], [0, 0, 0, 2])
+  os.remove(glove)
+  message = one_line_error('glove.6B.300d.txt does not exist', lambda: load_natural(
+      'sent140', str(tmp_path), num_clients=3, seed=0, options=options()))
+  assert 'nlp.stanford.edu/projects/glove' in message and 'vocabulary=train' in message
+  with open(glove, 'w') as f:
+    f.write('love 0 0.5\nsad 1 1.5\nthe 2')  # truncated
+  one_line_error('glove.6B.300d.txt has lines of different lengths', lambda: load_natural(
+      'sent140', str(tmp_path), num_clients=3, seed=0, options=options()))
+  with pytest.raises(ConfigError, match='natural.vocabulary is read by sent140 only'):
+    load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0,
+                 options=options(vocabulary='train'))
+
+
+def test_celeba_decodes_resized_images_once_into_the_cache(tmp_path):
+  nw.write_celeba(tmp_path)
+  split = load_natural('celeba', str(tmp_path), num_clients=3, seed=0, options=options())
+  ids = file_order('leaf_json', nw.CELEBA_TRAIN)
+  assert split.client_ids == tuple(ids) and split.num_classes == 2
+  np.testing.assert_array_equal(split.train.counts, [nw.CELEBA_TRAIN[c] for c in ids])
+  assert split.train.x.shape == (3, 3, 84, 84, 3) and isinstance(split.train.x, np.memmap)
+  numbers = {'12': [1, 2, 3], '7': [4], '301': [5, 6]}  # written in train's dict order
+  for row, cid in enumerate(ids):
+    for k, number in enumerate(numbers[cid]):
+      np.testing.assert_allclose(split.train.x[row, k], np.broadcast_to(
+          np.float32(nw.celeba_colour(number)) / 255, (84, 84, 3)), atol=3 / 255)
+      assert split.train.y[row, k] == k % 2
+  np.testing.assert_array_equal(split.test_y, [0, 0, 0])
+  # Decoded once: the cached run reads no image.
+  for name in os.listdir(tmp_path / 'img_align_celeba'):
+    os.remove(tmp_path / 'img_align_celeba' / name)
+  again = load_natural('celeba', str(tmp_path), num_clients=3, seed=0, options=options())
+  np.testing.assert_array_equal(again.train.x, split.train.x)
+  one_line_error(r'img_align_celeba/0000\d\d.jpg is not a readable image', lambda: load_natural(
+      'celeba', str(tmp_path), num_clients=2, seed=0, options=options()))
+  nw.write_celeba(tmp_path)
+  nw.truncate(tmp_path / 'img_align_celeba' / '000004.jpg', 0.4)
+  one_line_error(r'000004.jpg is not a readable image', lambda: load_natural(
+      'celeba', str(tmp_path), num_clients=3, seed=1, options=options()))
+  one_line_error('reads its images from .*nowhere, which is not a folder.*img_align_celeba.zip',
+                 lambda: load_natural('celeba', str(tmp_path), num_clients=3, seed=0,
+                                      options=options(images_dir=str(tmp_path / 'nowhere'))))

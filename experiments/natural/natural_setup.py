@@ -4,7 +4,8 @@
 671,585 train / 77,483 test images), FedAvg with TFF's EMNIST CNN (`simple_cnn` on 28x28x1:
 conv 32-64, max-pool, Dense 128, Dense 62; Reddi et al. 2021's model without its dropout).
 `shakespeare()` is Shakespeare by speaking role (715 roles) with FedJAX's character LSTM
-(`shakespeare_lstm`). Both follow Reddi et al. 2021 ("Adaptive Federated Optimization",
+(`shakespeare_lstm`). `sent140()` and `celeba()` are LEAF's baselines (Caldas et al. 2018,
+"LEAF: A Benchmark for Federated Settings"; the settings of its code, below). Both follow Reddi et al. 2021 ("Adaptive Federated Optimization",
 App. D, FedAvg rows; the learning rates as quoted, not re-checked in this change): 10 clients
 a round, one local epoch (here a fixed number of local steps,
 the mean client's epoch: 198 images / B 20 ≈ 10 steps; ≈ 65 sequences / B 4 ≈ 16 steps), SGD
@@ -46,5 +47,33 @@ def stackoverflow(num_clients: int = 342477):
   c.update(model='stackoverflow_lstm', rounds=1500, clients_per_round=50, batch_size=16,
            local_steps=16, client_lr=10 ** -0.5)
   c.natural.max_examples = 256
+  c.model_options = {}
+  return c
+
+
+def sent140(num_clients: int = 1000):
+  """LEAF's Sent140 baseline (models/main.py defaults with -t large, baseline_constants.py):
+  FedAvg, 2 clients a round, 24 rounds evaluated every 2, B 10, one local epoch, SGD lr 0.0003;
+  `sent140_lstm` on LEAF's first 25 words with GloVe's vocabulary. One epoch is one step here:
+  a Sent140 user has 2.4 tweets on average (1,600,498 / 660,120), fewer than B. LEAF trains on
+  every user of its files; 1,000 is a seeded subsample, since the count depends on LEAF's
+  preprocess flags (a larger num_clients than the files hold stops and names their count)."""
+  c = natural('sent140', num_clients)
+  c.update(model='sent140_lstm', rounds=24, clients_per_round=2, eval_every=2,
+           checkpoint_every=24, rounds_per_call=2, batch_size=10, local_steps=1,
+           client_lr=3e-4)
+  c.model_options = {}
+  return c
+
+
+def celeba(num_clients: int = 9343):
+  """LEAF's CelebA baseline (models/main.py defaults with -t large, baseline_constants.py):
+  FedAvg, 2 clients a round, 400 rounds evaluated every 20, B 10, one local epoch, SGD lr 0.1;
+  `leaf_cnn` on 84x84 RGB. One epoch is 2 steps here: a celebrity has 21.4 images on average
+  (200,288 / 9,343), 90 % of them in train (LEAF's -t sample --tf 0.9). All 9,343 celebrities of
+  LEAF's full-size files (./preprocess.sh -s niid --sf 1.0 -k 5 -t sample)."""
+  c = natural('celeba', num_clients)
+  c.update(model='leaf_cnn', rounds=400, clients_per_round=2, eval_every=20,
+           checkpoint_every=100, batch_size=10, local_steps=2, client_lr=0.1)
   c.model_options = {}
   return c

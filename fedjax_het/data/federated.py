@@ -169,6 +169,10 @@ class FederatedSplit:
     num_classes: number of label classes.
     client_ids: the files' id of each train row's client (natural sets,
       `data.natural`), else None.
+    input_vocab: the token ids [0, input_vocab) of a text classifier's input
+      (Sent140), the model's `vocab_size`; 0 for other sets.
+    embeddings: float32 [input_vocab, D] initial word vectors of those ids
+      (Sent140's GloVe), or None.
   """
   train: FederatedData
   test_x: np.ndarray
@@ -176,6 +180,8 @@ class FederatedSplit:
   local_test: FederatedData | None
   num_classes: int
   client_ids: tuple[str, ...] | None = None
+  input_vocab: int = 0
+  embeddings: np.ndarray | None = None
 
 
 def pack_clients(x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray],

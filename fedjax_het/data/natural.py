@@ -10,8 +10,12 @@ in `data_dir` (`fedjax_het.data.natural_files`; nothing is downloaded) and retur
 | fed_cifar100 | 500 (Pachinko over superclasses) | [32, 32, 3] float32 in [0, 1] | fine label | 100 |
 | shakespeare | 715 speaking roles | [80] int32 characters | [80] next characters | 90 |
 | stackoverflow | 342,477 users | [20] int32 words | [20] next words | 10,004 |
+| sent140 | 660,120 Twitter users | [25] int32 words | sentiment 0 / 1 | 2 |
+| celeba | 9,343 celebrities | [84, 84, 3] float32 in [0, 1] | smiling 0 / 1 | 2 |
 
-(client counts of the full train files as TFF documents them). EMNIST's pixels are 1.0 on the
+(client counts of the full train files as TFF documents them; LEAF's for sent140 and celeba,
+whose files are LEAF's JSON only: `data/<set>/data/{train,test}/` as its preprocess.sh writes
+them). EMNIST's pixels are 1.0 on the
 background in TFF's and LEAF's files; FedJAX feeds `1 − pixels` to its CNN
 (fedjax/datasets/emnist.py), as here. Text is tokenised by `fedjax_het.data.text`.
 
@@ -35,8 +39,26 @@ cache is rebuilt. Building it holds the kept clients' converted (unpadded) array
 the padded layout is written client by client into the memmapped files, and later runs read only
 the cohorts' rows from them.
 
-Not read: LEAF's Sent140 (its tokens need LEAF's GloVe vocabulary) and CelebA (its x are image
-file names), FedJAX's CIFAR-100 SQLite files, TFF's `only_digits` EMNIST.
+Sent140 (LEAF's models/sent140/stacked_lstm.py): an example's x is LEAF's row [tweet id,
+date, query, user, text]; the text is cut into words as LEAF's `split_line` does and the first 25
+become ids (`text.sent140_tokens`). LEAF's vocabulary, the default (`natural.vocabulary='glove'`),
+is every word of GloVe's glove.6B.300d.txt (`natural.glove_file`, read, never downloaded), and
+the split carries GloVe's vectors [400,001, 300] (a zero row for the unknown word) that
+`run.build_experiment` copies into the model's embedding; `natural.vocabulary='train'` instead
+takes the `natural.vocab_size` most frequent words of the train file's tweets (every user's,
+so the vocabulary does not depend on the kept clients; read again on every run, the cache
+included), for runs without GloVe.
+
+CelebA (LEAF's models/celeba/cnn.py): x are file names in CelebA's img_align_celeba/ folder
+(`natural.images_dir`), y the Smiling attribute as LEAF's metadata_to_json.py writes it (0.0 /
+1.0). Each image is resized to 84x84 and converted to RGB as LEAF's `_load_image` does
+(`natural_files.read_image`); the pixels are scaled to [0, 1] like fed_cifar100's (LEAF feeds
+0..255 to a CNN whose convolutions are each followed by batch norm). Decoding the JPEGs is the
+slow part, so CelebA is cached by default (in `<data_dir>/fedjax_het_cache`, or
+`natural.cache_dir`) and decoded once; the cache key holds the folder's path but not its images'
+fingerprints: delete the cache after replacing images in place.
+
+Not read: FedJAX's CIFAR-100 SQLite files, TFF's `only_digits` EMNIST.
 """
 
 from __future__ import annotations
@@ -56,6 +78,7 @@ from fedjax_het.data.federated import FederatedData, FederatedSplit
 from fedjax_het.options import ConfigError, OptionGroup, non_negative_int, option, positive_int
 
 FORMATS = ('fedjax_sqlite', 'tff_sqlite', 'tff_h5', 'leaf_json')
+VOCABULARIES = ('glove', 'train')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +88,12 @@ class NaturalOptions(OptionGroup):
   format: str = option('auto', 'natural sets\' file format: auto (the first found of fedjax_sqlite, tff_sqlite, tff_h5, leaf_json) | ' + ' | '.join(FORMATS), choices=('auto', *FORMATS))
   min_examples: int = option(1, 'natural sets: least train examples (images, snippets, posts as stored) a client needs to be kept', check=positive_int)
   max_examples: int = option(0, 'natural sets: keep at most this many train rows (images, sequences) of each client, its first ones (TFF StackOverflow: 256); 0 = all', check=non_negative_int)
-  sequence_length: int = option(0, 'shakespeare / stackoverflow: tokens per sequence (0: the benchmark\'s, 80 / 20)', check=non_negative_int)
-  vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000)', check=positive_int)
-  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True, else no cache')
+  sequence_length: int = option(0, 'shakespeare / stackoverflow / sent140: tokens per sequence (0: the benchmark\'s, 80 / 20 / 25)', check=non_negative_int)
+  vocab_size: int = option(text.STACKOVERFLOW_VOCAB_WORDS, 'stackoverflow: words in the vocabulary, the first of stackoverflow.word_count (TFF/FedJAX: 10000); sent140 with vocabulary=train: the most frequent words of the train tweets (10000 is ours, LEAF has no such vocabulary)', check=positive_int)
+  vocabulary: str = option('glove', 'sent140: its words; glove = every word of natural.glove_file (LEAF\'s vocabulary), whose vectors initialise an embedding of their size (the paper\'s pretrained GloVe) | train = the natural.vocab_size most frequent words of the train tweets (no GloVe needed)', choices=VOCABULARIES)
+  glove_file: str = option('', f'sent140 with vocabulary=glove: the GloVe text file, {text.GLOVE_FILE} from {text.GLOVE_SOURCE}; \'\' = <data_dir>/{text.GLOVE_FILE}')
+  images_dir: str = option('', f'celeba: the folder of CelebA\'s aligned JPEGs, {natural_files.CELEBA_IMAGES}/ from {natural_files.CELEBA_SOURCE}; \'\' = <data_dir>/{natural_files.CELEBA_IMAGES}')
+  cache_dir: str = option('', 'natural sets: write the packed federation once as memmapped .npy files here (checked against the source files\' SHA-256) and read them back; \'\' = <data_dir>/fedjax_het_cache with stream_cohorts=True and for celeba (its decoded images), else no cache')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,11 +106,33 @@ class _Split:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Resolved:
+  """What a set's conversion reads beyond its files: `sequence_length` (0: the set's own), the
+  word vocabulary (StackOverflow, Sent140: word → id), Sent140's GloVe vectors float32 [V, D]
+  (or None), `input_vocab` = V, the token ids of a text classifier's input (0 for other sets),
+  and CelebA's `images_dir`."""
+  sequence_length: int
+  vocab: dict | None = None
+  embeddings: np.ndarray | None = None
+  input_vocab: int = 0
+  images_dir: str = ''
+
+
+def _plain(data_dir, options, train_path) -> tuple[_Resolved, list[str]]:
+  """A set that reads nothing beyond its train and test files."""
+  del data_dir, train_path
+  return _Resolved(options.sequence_length), []
+
+
+@dataclasses.dataclass(frozen=True)
 class _NaturalSet:
   """A naturally partitioned set: its files, features and (x, y) conversion.
 
-  `convert(features, options)` maps one client's features (arrays [n, ...] as read, LEAF's
-  under 'x' and 'y') to (x [m, ...], y [m, ...]).
+  `convert(features, resolved)` maps one client's features (arrays [n, ...] as read, LEAF's
+  under 'x' and 'y') to (x [m, ...], y [m, ...]); `resources(data_dir, options, train_path)`
+  gives the `_Resolved` it reads (a vocabulary, an image folder) and the extra files the cache
+  fingerprints. `reads` names the set-specific `natural` options it reads (the others must keep
+  their defaults); `cache_by_default` caches the packed federation even without streaming.
   """
   train: _Split
   test: _Split
@@ -93,6 +141,9 @@ class _NaturalSet:
   num_classes: Callable  # options -> int
   x_dtype: type
   origin: str
+  reads: tuple = ()
+  resources: Callable = _plain
+  cache_by_default: bool = False
 
 
 def _emnist(features, options):
@@ -127,6 +178,62 @@ def _stackoverflow(features, options):
       options.sequence_length or text.STACKOVERFLOW_SEQUENCE_LENGTH)
 
 
+def _stackoverflow_resources(data_dir, options, train_path):
+  """The first `vocab_size` words of stackoverflow.word_count in data_dir."""
+  del train_path
+  counts_path = os.path.join(data_dir, WORD_COUNT_FILE)
+  if not os.path.isfile(counts_path):
+    raise ValueError(f'Dataset stackoverflow needs its vocabulary {WORD_COUNT_FILE} in '
+                     f'{data_dir} (TFF stackoverflow.word_count.tar.bz2, extracted).')
+  vocab = text.read_word_counts(counts_path, options.vocab_size)
+  return _Resolved(options.sequence_length, vocab), [counts_path]
+
+
+def _tweets(features) -> list[str]:
+  """The texts of a client's LEAF Sent140 rows x [n, 5]."""
+  return [str(row[text.SENT140_TEXT_FIELD]) for row in features['x']]
+
+
+def _sent140(features, options):
+  x = text.sent140_tokens(_tweets(features), options.vocab,
+                          options.sequence_length or text.SENT140_SEQUENCE_LENGTH)
+  return x, np.asarray(features['y'], np.int32)
+
+
+def _sent140_resources(data_dir, options, train_path):
+  """GloVe's words and vectors (LEAF's), or the train tweets' most frequent words."""
+  if options.vocabulary == 'train':
+    reader = natural_files.LeafJson(train_path)
+    clients = reader.read(reader.sizes()[0])
+    vocab = text.top_words((t for c in clients.values() for t in _tweets(c)),
+                           options.vocab_size)
+    return _Resolved(options.sequence_length, vocab, input_vocab=len(vocab) + 1), []
+  if options.vocab_size != text.STACKOVERFLOW_VOCAB_WORDS:
+    raise ConfigError('natural.vocab_size sizes the train-tweet vocabulary of sent140; with '
+                      'natural.vocabulary=glove the vocabulary is the GloVe file\'s, leave it at '
+                      '10000.')
+  glove = os.path.expanduser(options.glove_file) or os.path.join(data_dir, text.GLOVE_FILE)
+  vocab, vectors = text.read_glove(glove, vectors=True)
+  return _Resolved(options.sequence_length, vocab, vectors, len(vocab) + 1), [glove]
+
+
+def _celeba(features, options):
+  images = [natural_files.read_image(os.path.join(options.images_dir, str(name)),
+                                     natural_files.CELEBA_IMAGE_SIZE) for name in features['x']]
+  return np.stack(images), np.asarray(features['y'], np.int32)
+
+
+def _celeba_resources(data_dir, options, train_path):
+  """The image folder, which must exist (its images are checked as they are read)."""
+  del train_path
+  images = os.path.expanduser(options.images_dir) or os.path.join(
+      data_dir, natural_files.CELEBA_IMAGES)
+  if not os.path.isdir(images):
+    raise ValueError(f'Dataset celeba reads its images from {images}, which is not a folder; '
+                     f'extract {natural_files.CELEBA_SOURCE} there or set natural.images_dir.')
+  return _Resolved(options.sequence_length, images_dir=images), []
+
+
 NATURAL_SETS = {
     'fed_emnist': _NaturalSet(
         train=_Split('federated_emnist_train.sqlite', ('emnist_all.sqlite', 'all_train'),
@@ -152,6 +259,7 @@ NATURAL_SETS = {
                     'shakespeare_test.h5', 'test'),
         shapes={'snippets': ()}, convert=_shakespeare,
         num_classes=lambda options: text.SHAKESPEARE_VOCAB, x_dtype=np.int32,
+        reads=('sequence_length',),
         origin='FedJAX: storage.googleapis.com/gresearch/fedjax/shakespeare/shakespeare_'
                '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
                'shakespeare.sqlite.lzma or shakespeare.tar.bz2 (HDF5); LEAF: shakespeare '
@@ -167,8 +275,23 @@ NATURAL_SETS = {
         origin='FedJAX: storage.googleapis.com/gresearch/fedjax/stackoverflow/stackoverflow_'
                '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
                'stackoverflow.sqlite.lzma or stackoverflow.tar.bz2 (HDF5); and the vocabulary '
-               'stackoverflow.word_count (TFF stackoverflow.word_count.tar.bz2)'),
+               'stackoverflow.word_count (TFF stackoverflow.word_count.tar.bz2)',
+        reads=('sequence_length', 'vocab_size'), resources=_stackoverflow_resources),
+    'sent140': _NaturalSet(
+        train=_Split(None, None, None, 'train'), test=_Split(None, None, None, 'test'),
+        shapes={}, convert=_sent140, num_classes=lambda options: 2, x_dtype=np.int32,
+        origin='LEAF: data/sent140/data/train/ and test/ as its preprocess.sh writes them from '
+               'Sentiment140\'s trainingandtestdata.zip, and GloVe\'s glove.6B.300d.txt',
+        reads=('sequence_length', 'vocab_size', 'vocabulary', 'glove_file'),
+        resources=_sent140_resources),
+    'celeba': _NaturalSet(
+        train=_Split(None, None, None, 'train'), test=_Split(None, None, None, 'test'),
+        shapes={}, convert=_celeba, num_classes=lambda options: 2, x_dtype=np.float32,
+        origin='LEAF: data/celeba/data/train/ and test/ as its preprocess.sh writes them, and '
+               'CelebA\'s img_align_celeba/ folder',
+        reads=('images_dir',), resources=_celeba_resources, cache_by_default=True),
 }
+SET_OPTIONS = ('sequence_length', 'vocab_size', 'vocabulary', 'glove_file', 'images_dir')
 NATURAL_DATASETS = tuple(NATURAL_SETS)
 WORD_COUNT_FILE = 'stackoverflow.word_count'
 
@@ -232,13 +355,6 @@ def _reader(path: str, split: _Split, fmt: str, shapes):
   return natural_files.LeafJson(path)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Resolved:
-  """A set's options as the conversion reads them (the vocabulary of StackOverflow)."""
-  sequence_length: int
-  vocab: dict | None
-
-
 def _fingerprint(path: str) -> dict:
   """Name, size and modification time of a source file (every *.json of a LEAF folder)."""
   paths = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith('.json')) \
@@ -285,7 +401,8 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     A FederatedSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
     [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
     conversion: images, or sequences); test_x/test_y the global test set; local_test per
-    client with `local_test`; client_ids the files' ids of the train rows. With
+    client with `local_test`; client_ids the files' ids of the train rows; input_vocab and
+    embeddings Sent140's token ids and GloVe vectors (0 and None for other sets). With
     `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
     to `<data_dir>/fedjax_het_cache`), the leaves are np.memmap.
 
@@ -301,12 +418,7 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
                      f'is not a directory; pass --config.data_dir=DIR holding them '
                      f'({spec.origin}).')
   data_dir = os.path.expanduser(data_dir)
-  if name != 'stackoverflow' and options.vocab_size != text.STACKOVERFLOW_VOCAB_WORDS:
-    raise ConfigError(f'natural.vocab_size is the StackOverflow vocabulary; dataset {name!r} '
-                      'has its own, leave it at 10000.')
-  if name in ('fed_emnist', 'fed_cifar100') and options.sequence_length:
-    raise ConfigError(f'natural.sequence_length is for text sets; dataset {name!r} has images, '
-                      'leave it at 0.')
+  _check_reads(name, options)
   formats = FORMATS if options.format == 'auto' else (options.format,)
   found = [f for f in formats if _source(data_dir, spec.train, f)]
   if not found:
@@ -315,33 +427,31 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
                         f'of {", ".join(f for f in FORMATS if getattr(spec.train, f))}.')
     raise _missing(name, data_dir)
   fmt = found[0]
-  cache_dir = options.cache_dir or (os.path.join(data_dir, 'fedjax_het_cache') if stream else '')
+  cache_dir = options.cache_dir or (os.path.join(data_dir, 'fedjax_het_cache')
+                                    if stream or spec.cache_by_default else '')
   scratch = os.path.join(cache_dir or data_dir, 'decompressed')
   paths = [_source(data_dir, s, fmt) for s in (spec.train, spec.test)]
   if paths[1] is None:
     raise ValueError(f'{data_dir} has {os.path.basename(paths[0])} but not the test split '
                      f'{_describe(spec.test, fmt)}.')
-  vocab = None
-  if name == 'stackoverflow':
-    counts_path = os.path.join(data_dir, WORD_COUNT_FILE)
-    if not os.path.isfile(counts_path):
-      raise ValueError(f'Dataset stackoverflow needs its vocabulary {WORD_COUNT_FILE} in '
-                       f'{data_dir} (TFF stackoverflow.word_count.tar.bz2, extracted).')
-    vocab = text.read_word_counts(counts_path, options.vocab_size)
-    paths.append(counts_path)
-  resolved = _Resolved(options.sequence_length, vocab)
+  resolved, extra_sources = spec.resources(data_dir, options, paths[0])
+  paths += extra_sources
+  finish = lambda split: dataclasses.replace(
+      split, num_classes=spec.num_classes(options), input_vocab=resolved.input_vocab,
+      embeddings=resolved.embeddings)
   cache = None
   if cache_dir:
     key = {'name': name, 'format': fmt, 'num_clients': num_clients, 'seed': seed,
            'local_test': local_test, 'min_examples': options.min_examples,
            'max_examples': options.max_examples,
            'sequence_length': options.sequence_length, 'vocab_size': options.vocab_size,
+           'vocabulary': options.vocabulary, 'images_dir': resolved.images_dir and os.path.abspath(resolved.images_dir),
            'sources': [os.path.abspath(p) for p in paths]}
     cache = _Cache(os.path.join(cache_dir, name + '-' + hashlib.sha256(
         json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]), paths)
     cached = cache.load()
     if cached is not None:
-      return dataclasses.replace(cached, num_classes=spec.num_classes(options))
+      return finish(cached)
   train_reader, test_reader = (
       _reader(_decompressed(p, scratch), s, fmt, spec.shapes)
       for p, s in zip(paths, (spec.train, spec.test)))
@@ -369,13 +479,22 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
     by_id = dict(zip([c for c in test_ids if c in shared], tests))
     local = [by_id[c] for c in kept]
   if cache is not None:
-    return dataclasses.replace(cache.write(train, local, test_x, test_y, spec.x_dtype, kept),
-                               num_classes=spec.num_classes(options))
+    return finish(cache.write(train, local, test_x, test_y, spec.x_dtype, kept))
   zeros = lambda _, shape, dtype: np.zeros(shape, dtype)
-  return FederatedSplit(
+  return finish(FederatedSplit(
       train=_pack(train, spec.x_dtype, zeros), test_x=test_x, test_y=test_y,
       local_test=None if local is None else _pack(local, spec.x_dtype, zeros),
-      num_classes=spec.num_classes(options), client_ids=tuple(kept))
+      num_classes=0, client_ids=tuple(kept)))
+
+
+def _check_reads(name: str, options: NaturalOptions) -> None:
+  """Refuses a set-specific `natural` option changed for a set that does not read it."""
+  defaults = NaturalOptions.defaults()
+  for key in SET_OPTIONS:
+    if key not in NATURAL_SETS[name].reads and getattr(options, key) != defaults[key]:
+      readers = [n for n, s in NATURAL_SETS.items() if key in s.reads]
+      raise ConfigError(f'natural.{key} is read by {", ".join(readers)} only; dataset {name!r} '
+                        f'does not read it, leave it at {defaults[key]!r}.')
 
 
 class _Cache:

@@ -22,6 +22,7 @@ and their example counts, read without decoding the examples (to pick clients ch
   TensorFlow; `shapes` names the features kept and their per-example shapes.
 - `LeafJson`: LEAF's JSON shards (every `*.json` in a directory, e.g. LEAF's data/train/):
   {"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}.
+  LEAF's CelebA x are image file names, decoded by `read_image` (Pillow, the `natural` extra).
 
 Any missing, truncated or inconsistent file raises a one-line ValueError naming it.
 """
@@ -390,3 +391,31 @@ class LeafJson:
                           'y': np.asarray(record['y'], object if record['y'] and
                                           isinstance(record['y'][0], str) else None)}
     return out
+
+
+# ---- images named by LEAF's CelebA ---------------------------------------------------------------
+CELEBA_IMAGES = 'img_align_celeba'
+CELEBA_SOURCE = ('img_align_celeba.zip of the CelebA page, '
+                 'http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html')
+CELEBA_IMAGE_SIZE = 84  # LEAF's models/celeba/cnn.py IMAGE_SIZE
+
+
+def read_image(path: str, size: int) -> np.ndarray:
+  """float32 [size, size, 3] in [0, 1]: the image at `path` resized, then converted to RGB, as
+  LEAF's CelebA `_load_image` does (`img.resize((84, 84)).convert('RGB')`).
+
+  LEAF passes no filter, so it got Pillow's default: NEAREST before Pillow 7.0 (LEAF's
+  requirements leave Pillow unpinned beside TensorFlow 1.13 of 2019, hence Pillow 5-6) and
+  BICUBIC since; NEAREST is named here so the pixels do not change with the Pillow installed.
+  """
+  try:
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise _missing_extra('Pillow', path, e) from e
+  try:
+    with Image.open(path) as image:
+      pixels = np.asarray(image.resize((size, size), Image.Resampling.NEAREST).convert('RGB'))
+  except OSError as e:  # missing, truncated or not an image (UnidentifiedImageError)
+    raise ValueError(f'{path} is not a readable image (missing, truncated or corrupt: '
+                     f'{e}).') from e
+  return pixels.astype(np.float32) * np.float32(1 / 255)

@@ -1,4 +1,5 @@
-"""Next-token prediction data: FedJAX's Shakespeare characters and StackOverflow words.
+"""Token data: FedJAX's Shakespeare characters and StackOverflow words (next-token prediction),
+LEAF's Sent140 tweets (sentiment classification).
 
 Both sets share FedJAX's reserved labels (fedjax/datasets/shakespeare.py and
 `StackoverflowTokenizer` in fedjax/datasets/stackoverflow.py): PAD = 0, BOS = 1, EOS = 2; the
@@ -13,6 +14,10 @@ counts as a mistake or a hit like any label).
 """
 
 from __future__ import annotations
+
+import collections
+import os
+import re
 
 import numpy as np
 
@@ -115,3 +120,69 @@ def stackoverflow_sequences(tokens, vocab: dict[str, int],
     x[i, :len(inputs)] = inputs
     y[i, :len(targets)] = targets
   return x, y
+
+
+# ---- Sent140 (LEAF) ----------------------------------------------------------------------------
+SENT140_SEQUENCE_LENGTH = 25  # LEAF's stacked_lstm: MODEL_PARAMS seq_len, line_to_indices max_words
+SENT140_TEXT_FIELD = 4        # LEAF's x: [tweet id, date, query, user, text]
+GLOVE_FILE = 'glove.6B.300d.txt'
+GLOVE_SOURCE = "glove.6B.zip of Stanford's GloVe page, https://nlp.stanford.edu/projects/glove/"
+_LEAF_WORDS = re.compile(r"[\w']+|[.,!?;]")
+
+
+def sent140_words(tweet: str) -> list[str]:
+  """A tweet's words as LEAF's `split_line` cuts them: runs of word characters and
+  apostrophes, and the punctuation marks . , ! ? ; each on its own; case is kept."""
+  return _LEAF_WORDS.findall(tweet)
+
+
+def read_glove(path: str, vectors: bool) -> tuple[dict[str, int], np.ndarray | None]:
+  """A GloVe text file (a line 'word v1 ... vD') → (word: id, the i-th line's word id i;
+  float32 [V + 1, D] its vectors with a last row of zeros for the unknown word, as LEAF's
+  get_embs.py appends, or None without `vectors`)."""
+  if not os.path.isfile(path):
+    raise ValueError(f'{path} does not exist: Sent140\'s vocabulary is GloVe\'s {GLOVE_FILE} '
+                     f'(extract it from {GLOVE_SOURCE}); set natural.glove_file to it, or '
+                     'natural.vocabulary=train.')
+  words, rows = {}, []
+  try:
+    with open(path, encoding='utf-8') as f:
+      for number, line in enumerate(f, 1):
+        word, _, numbers = line.rstrip('\n').partition(' ')
+        if not numbers:
+          raise ValueError(f'{path} line {number} is not "word v1 ... vD" (truncated?).')
+        if word in words:
+          raise ValueError(f'{path} line {number} repeats the word {word!r}; it is not a GloVe '
+                           'file.')
+        words[word] = len(words)
+        if vectors:
+          rows.append(np.fromstring(numbers, np.float32, sep=' '))
+  except (OSError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path} is unreadable ({e}).') from e
+  if not words:
+    raise ValueError(f'{path} is empty; it is not a GloVe file.')
+  if not vectors:
+    return words, None
+  if len({r.size for r in rows}) != 1:
+    raise ValueError(f'{path} has lines of different lengths (truncated or corrupt).')
+  return words, np.concatenate([np.stack(rows), np.zeros((1, rows[0].size), np.float32)])
+
+
+def top_words(tweets, vocab_words: int) -> dict[str, int]:
+  """The `vocab_words` most frequent words of `tweets` (LEAF's split, ties in order of first
+  appearance) → word: id, the most frequent 0."""
+  counts = collections.Counter(w for t in tweets for w in sent140_words(t))
+  return {w: i for i, (w, _) in enumerate(counts.most_common(vocab_words))}
+
+
+def sent140_tokens(tweets, vocab: dict[str, int], sequence_length: int) -> np.ndarray:
+  """Tweets → int32 [n, sequence_length], LEAF's `line_to_indices`: the first
+  `sequence_length` words' ids, an unknown word len(vocab), and padded at the end with the same
+  unknown id (LEAF pads with it; its LSTM reads the padding and classifies from the last
+  position)."""
+  unknown = len(vocab)
+  out = np.full((len(tweets), sequence_length), unknown, np.int32)
+  for i, tweet in enumerate(tweets):
+    ids = [vocab.get(w, unknown) for w in sent140_words(str(tweet))[:sequence_length]]
+    out[i, :len(ids)] = ids
+  return out

@@ -1,4 +1,4 @@
-"""Small convolutional networks: LeNet-5 and pfl-research's "simple_cnn"."""
+"""Small convolutional networks: LeNet-5, pfl-research's "simple_cnn" and LEAF's CelebA CNN."""
 
 import jax
 import jax.numpy as jnp
@@ -102,3 +102,38 @@ class SimpleCNN(nn.Module):
     x = flatten(max_pool2(x))
     x = nn.relu(dense(x, 128, name='fc1'))
     return dense(x, self.num_classes, name='head')
+
+
+class LeafCNN(nn.Module):
+  """LEAF's CelebA CNN (Caldas et al. 2018; models/celeba/cnn.py): NHWC images -> logits
+  [N, num_classes].
+
+  `blocks` x (conv3x3(channels), SAME - norm - maxpool2, SAME - relu) - flatten - head. LEAF:
+  4 blocks of 32, TF batch norm with `training=True` (batch statistics in training and
+  evaluation: `static_bn`, the default here), and 'same' pooling, which keeps an odd row and
+  column: on 84x84x3, 84-42-21-11-6, flatten 1,152, 31,202 params for 2 classes. The
+  initialisation is this package's (PyTorch's defaults, `layers`), LEAF's TensorFlow's (Glorot
+  uniform kernels, zero biases), and the norm's epsilon 1e-5 (TF's 1e-3).
+  """
+
+  num_classes: int
+  blocks: int = 4
+  channels: int = 32
+  norm: str = 'static_bn'
+  num_groups: int = 2
+  conv_impl: str = 'auto'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    del train  # Norms use batch statistics in both modes; there is no dropout.
+    for i in range(1, self.blocks + 1):
+      x = conv(x, self.channels, 3, name=f'conv{i}', impl=self.conv_impl)
+      x = normalize(x, self.norm, f'norm{i}', self.num_groups)
+      x = nn.relu(max_pool2(_pad_to_even(x)))
+    return dense(flatten(x), self.num_classes, name='head')
+
+
+def _pad_to_even(x: jax.Array) -> jax.Array:
+  """[N, H, W, C] -> [N, H + H % 2, W + W % 2, C], an odd last row or column repeated, so the
+  2x2 max-pool that follows is TF's 'same' pooling (its padding never wins the max)."""
+  return jnp.pad(x, ((0, 0), (0, x.shape[1] % 2), (0, x.shape[2] % 2), (0, 0)), mode='edge')

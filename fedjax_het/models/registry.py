@@ -9,17 +9,19 @@ import flax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from fedjax_het.models.cnn import LeNet5, SimpleCNN
+from fedjax_het.models.cnn import LeafCNN, LeNet5, SimpleCNN
 from fedjax_het.models.mlp import MLP
 from fedjax_het.models.resnet import ResNet18
 from fedjax_het.models.split import SplitCifarCNN, SplitEmnistCNN, SplitLeNet5
-from fedjax_het.models.text import TEXT_PRESETS, NextTokenLSTM
+from fedjax_het.models.text import (CLASSIFIER_PRESETS, TEXT_PRESETS, NextTokenLSTM,
+                                     SentenceLSTM)
 from fedjax_het.models.vit import VIT_PRESETS, ViT
 
 _CLASSES = {
     'mlp': MLP,
     'lenet5': LeNet5,
     'simple_cnn': SimpleCNN,
+    'leaf_cnn': LeafCNN,
     'resnet18': ResNet18,
     'split_cifar_cnn': SplitCifarCNN,
     'split_emnist_cnn': SplitEmnistCNN,
@@ -28,8 +30,10 @@ _CLASSES = {
     **{preset: ViT for preset in VIT_PRESETS},
     'lstm': NextTokenLSTM,
     **{preset: NextTokenLSTM for preset in TEXT_PRESETS},
+    'sentence_lstm': SentenceLSTM,
+    **{preset: SentenceLSTM for preset in CLASSIFIER_PRESETS},
 }
-_PRESETS = {**VIT_PRESETS, **TEXT_PRESETS}
+_PRESETS = {**VIT_PRESETS, **TEXT_PRESETS, **CLASSIFIER_PRESETS}
 MODELS = tuple(_CLASSES)
 
 # Leaf names that Dense and Conv layers create.
@@ -46,7 +50,11 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   vit(depth, hidden, mlp, heads, patch, decisions) and its presets vit_tiny, vit_base, vit_base_ext (the
   paper sizes of Co-S²P, `models.vit.VIT_PRESETS`; options override them); lstm(embed, hidden,
   projection, tanh) on token ids [N, L] -> logits [N, L, num_classes] and its presets
-  shakespeare_lstm, stackoverflow_lstm (the benchmarks' models, `models.text.TEXT_PRESETS`).
+  shakespeare_lstm, stackoverflow_lstm (the benchmarks' models, `models.text.TEXT_PRESETS`);
+  sentence_lstm(vocab_size, embed, hidden, dense, freeze_embed) on token ids [N, L] -> logits
+  [N, num_classes] and its preset sent140_lstm (LEAF's Sent140 model; `vocab_size` comes from the
+  data, `FederatedSplit.input_vocab`); leaf_cnn(blocks, channels, norm, num_groups, conv_impl),
+  LEAF's CelebA CNN.
   `conv_impl` is 'auto' (im2col on CPU, XLA's convolutions elsewhere), 'xla' or 'im2col'
   (`layers.CONV_IMPLS`); the parameters do not depend on it. `exits=True` adds ScaleFL's early-exit
   classifiers (`exit1`, `exit2`, ...; the last exit is `head`) and makes `apply` return the logits
