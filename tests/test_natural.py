@@ -222,24 +222,34 @@ def cli_run(tmp_path, config, data, workdir, *overrides):
     return json.load(f)
 
 
-# dataset -> (writer, config, its tiny model options); F-EMNIST's runs are the streaming test's.
+# 'dataset/format' -> (writer, config, its tiny model): every format and every dataset beside
+# fed_cifar100 (whose reader is F-EMNIST's HDF5 one) once; FedJAX's SQLite F-EMNIST runs in the
+# streaming test below.
+FEMNIST_MLP = {'model': 'mlp', 'hidden': (8,)}
 CLI_RUNS = {
-    'shakespeare': (lambda d: nw.write_shakespeare(d, 'fedjax_sqlite'), 'fedavg_shakespeare.py',
-                    {'embed': 4, 'hidden': (8,)}),
-    'sent140': (nw.write_sent140, 'fedavg_sent140.py', {'embed': 4, 'hidden': (4,), 'dense': 4}),
-    'celeba': (nw.write_celeba, 'fedavg_celeba.py', {'blocks': 1, 'channels': 2}),
+    'fed_emnist/tff_h5': (lambda d: nw.write_emnist(d, 'tff_h5'), 'fedavg_femnist.py',
+                          FEMNIST_MLP),
+    'fed_emnist/tff_sqlite': (lambda d: nw.write_emnist(d, 'tff_sqlite'), 'fedavg_femnist.py',
+                              FEMNIST_MLP),
+    'shakespeare/fedjax_sqlite': (lambda d: nw.write_shakespeare(d, 'fedjax_sqlite'),
+                                  'fedavg_shakespeare.py', {'embed': 4, 'hidden': (8,)}),
+    'sent140/leaf_json': (nw.write_sent140, 'fedavg_sent140.py',
+                          {'embed': 4, 'hidden': (4,), 'dense': 4}),
+    'celeba/leaf_json': (nw.write_celeba, 'fedavg_celeba.py', {'blocks': 1, 'channels': 2}),
 }
 
 
-@pytest.mark.parametrize('dataset', CLI_RUNS)
-def test_a_run_per_dataset_trains_through_the_cli(tmp_path, dataset):
-  """One tiny CLI run per set beside F-EMNIST: Shakespeare from FedJAX's SQLite, Sent140 (on
-  GloVe's vectors) and CelebA from LEAF's JSON; the readers of every format are checked above."""
-  write, config, model_options = CLI_RUNS[dataset]
+@pytest.mark.parametrize('case', CLI_RUNS)
+def test_a_run_per_format_and_dataset_trains_through_the_cli(tmp_path, case):
+  """One tiny CLI run per format and per dataset (Sent140 on GloVe's vectors); the readers of
+  every format are checked above."""
+  write, config, model_options = CLI_RUNS[case]
+  model_options = dict(model_options)
+  model = [f"--config.model='{model_options.pop('model')}'"] if 'model' in model_options else []
   data = tmp_path / 'data'
   data.mkdir()
   write(data)
-  summary = cli_run(tmp_path, config, data, 'run', '--config.num_clients=3',
+  summary = cli_run(tmp_path, config, data, 'run', '--config.num_clients=3', *model,
                     f'--config.model_options={model_options}')
   assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
 
@@ -325,7 +335,7 @@ def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
   assert not split.embeddings[unk].any()  # LEAF's zero row for the unknown word
   assert split.local_test.x.shape[1:] == (1, 4)
   config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
-  config.update(data_dir=str(tmp_path), num_clients=3, model_options=CLI_RUNS['sent140'][2])
+  config.update(data_dir=str(tmp_path), num_clients=3, model_options=CLI_RUNS['sent140/leaf_json'][2])
   _, model, params, _ = run.build_experiment(config)  # the vocabulary sizes the embedding,
   assert model.vocab_size == unk + 1                   # GloVe's vectors fill it
   np.testing.assert_array_equal(params['embed']['embedding'][sad], [1, 1.5, 2, 2.5])
