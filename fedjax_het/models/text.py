@@ -43,6 +43,17 @@ CLASSIFIER_PRESETS = {
 }
 
 
+def lstm_layers(h: jax.Array, hidden: tuple, tanh: bool = False) -> jax.Array:
+  """Stacked LSTMs `lstm1`, `lstm2`, ... of sizes `hidden` over the sequence axis of h
+  [N, L, D] -> [N, L, hidden[-1]], each output through tanh when `tanh`. Call inside a
+  module's `nn.compact` method."""
+  for i, size in enumerate(hidden):
+    h = nn.RNN(nn.OptimizedLSTMCell(size), name=f'lstm{i + 1}')(h)
+    if tanh:
+      h = jnp.tanh(h)
+  return h
+
+
 class NextTokenLSTM(nn.Module):
   """Embedding(num_classes, embed) - LSTM(h) [- tanh] for h in hidden - [Dense(projection)] -
   Dense(num_classes), applied at every position (inputs are cast to int32 ids)."""
@@ -57,10 +68,7 @@ class NextTokenLSTM(nn.Module):
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
     del train  # no dropout
     h = nn.Embed(self.num_classes, self.embed, name='embed')(x.astype(jnp.int32))
-    for i, size in enumerate(self.hidden):
-      h = nn.RNN(nn.OptimizedLSTMCell(size), name=f'lstm{i + 1}')(h)
-      if self.tanh:
-        h = jnp.tanh(h)
+    h = lstm_layers(h, self.hidden, self.tanh)
     if self.projection:
       h = dense(h, self.projection, name='projection')
     return dense(h, self.num_classes, name='head')
@@ -89,9 +97,7 @@ class SentenceLSTM(nn.Module):
     h = nn.Embed(self.vocab_size, self.embed, name='embed')(x.astype(jnp.int32))
     if self.freeze_embed:
       h = jax.lax.stop_gradient(h)
-    for i, size in enumerate(self.hidden):
-      h = nn.RNN(nn.OptimizedLSTMCell(size), name=f'lstm{i + 1}')(h)
-    h = h[:, -1]
+    h = lstm_layers(h, self.hidden)[:, -1]
     if self.dense:
       h = dense(h, self.dense, name='fc')
     return dense(h, self.num_classes, name='head')
