@@ -35,9 +35,14 @@ OPTION_GROUPS = tuple(dict.fromkeys(
     group for cls in ALGORITHMS.values() for group in cls.option_groups))
 
 
-def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
-  """Instantiates the method called `name` for a model and federated data."""
+def algorithm_class(name: str) -> type[FederatedAlgorithm]:
+  """The class of the method called `name`; ValueError naming the choices."""
   if name not in ALGORITHMS:
     raise ValueError(f'unknown algorithm {name!r}; choose one of '
                      f'{", ".join(sorted(ALGORITHMS))}.')
-  return ALGORITHMS[name](config, model, data)
+  return ALGORITHMS[name]
+
+
+def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
+  """Instantiates the method called `name` for a model and federated data."""
+  return algorithm_class(name)(config, model, data)
