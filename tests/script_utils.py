@@ -5,12 +5,20 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Compiler flags of the test processes (set by conftest.py): LLVM's backend
 # optimisation level 0 compiles about twice as fast.
 TEST_XLA_FLAGS = '--xla_backend_optimization_level=0'
+
+
+def free_port() -> int:
+  """A TCP port on localhost that is free now (a coordinator's)."""
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
 
 
 def default_flags_env() -> dict:
