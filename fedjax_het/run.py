@@ -44,6 +44,7 @@ from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core import sharding
 from fedjax_het.core.sharding import client_mesh
 from fedjax_het.core.stream import CohortStream
 from fedjax_het.models import vit as vit_lib
@@ -439,6 +440,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     train_data = runner.place(split.train.to_device())
     run_chunk = lambda state, n: runner.run(state, train_data, n)
 
+  # orbax's first collective follows the (unequally long) compiles above.
+  sharding.barrier('built')
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   try:
     round_index, state, host = _restore(checkpoints, state, config, workdir)
