@@ -440,7 +440,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     train_data = runner.place(split.train.to_device())
     run_chunk = lambda state, n: runner.run(state, train_data, n)
 
-  # orbax's first collective follows the (unequally long) compiles above.
+  # The processes' first collective (orbax's) follows unequally long compiles.
   sharding.barrier('built')
   checkpoints = RunCheckpoints(workdir, config.checkpoints_to_keep)
   try:

@@ -93,7 +93,6 @@ class RoundRunner:
     self._finish = jax.jit(algorithm.finish_round, donate_argnums=0)
     self._sequential = backends.SequentialClients()
     self._chunks = {}
-    self._executables = {}
 
   def place(self, tree: PyTree) -> PyTree:
     """`tree` (state or federated data) placed for this runner: replicated on
@@ -146,18 +145,6 @@ class RoundRunner:
       self._chunks['cohorts', num_rounds] = jax.jit(chunk, donate_argnums=0)
     return self._chunks['cohorts', num_rounds]
 
-  def _call(self, key, program, *args):
-    """`program(*args)`. With several processes (`jax.distributed`) the
-    program is compiled ahead on its first call and the processes meet at
-    `sharding.barrier` before running it, so that its collectives start
-    together however long each process took to compile."""
-    if jax.process_count() == 1:
-      return program(*args)
-    if key not in self._executables:
-      self._executables[key] = program.lower(*args).compile()
-      sharding.barrier(f'compiled {key}')
-    return self._executables[key](*args)
-
   def run(self, state: ServerState, data, num_rounds: int,
           inputs: PyTree = None) -> tuple[ServerState, Metrics]:
     """Runs `num_rounds` rounds; metrics get a leading round axis.
@@ -176,8 +163,7 @@ class RoundRunner:
                                                     num_rounds)
     state, data = self.place((state, data))
     if self.backend in backends.COMPILED_BACKENDS:
-      return self._call(num_rounds, self._compiled_chunk(num_rounds), state,
-                        data, inputs)
+      return self._compiled_chunk(num_rounds)(state, data, inputs)
     state, metrics, _ = self._run_sequential(state, lambda r: data,
                                              num_rounds, inputs)
     return state, metrics
@@ -199,9 +185,7 @@ class RoundRunner:
                                                     num_rounds)
     state = self.place(state)
     if self.backend in backends.COMPILED_BACKENDS:
-      return self._call(('cohorts', num_rounds),
-                        self._compiled_cohort_chunk(num_rounds), state,
-                        cohorts, inputs)
+      return self._compiled_cohort_chunk(num_rounds)(state, cohorts, inputs)
     return self._run_sequential(
         state, lambda r: jax.tree.map(lambda x: x[r], cohorts), num_rounds,
         inputs)

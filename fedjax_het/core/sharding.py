@@ -125,11 +125,12 @@ def initialize_distributed(timeout_s: float = DISTRIBUTED_TIMEOUT_S,
 def barrier(name: str, timeout_s: float = 3600) -> None:
   """Every process waits here until all have arrived (the coordination
   service's barrier, orbax's `get_barrier_sync_fn`; nothing with one
-  process). Call it before the first run of a freshly compiled program with
-  cross-process collectives: gloo, the CPU collectives, gives up on a
-  collective that a peer reaches more than 30 s later
-  (`DEADLINE_EXCEEDED: GetKeyValue() timed out`), and compile times differ
-  between processes on a loaded machine; this barrier waits `timeout_s`."""
+  process). Call it before the processes' first collective: gloo, the CPU
+  collectives, gives up when it connects the processes on the first one and
+  a peer arrives more than 30 s later (`DEADLINE_EXCEEDED: GetKeyValue()
+  timed out`), and the compiles before it can differ by more than that on a
+  loaded machine; this barrier waits `timeout_s`. Later collectives wait for
+  a late peer."""
   if jax.process_count() > 1:
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     ocp.multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
