@@ -13,6 +13,7 @@ import ast
 import importlib.util
 import os
 import sys
+import traceback
 from typing import Callable
 
 import ml_collections
@@ -25,7 +26,7 @@ from fedjax_het.workdir import WorkdirError
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO_ROOT, 'experiments', 'demo.py')
 
-USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--distributed] [--config.KEY=VALUE ...]
+USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--distributed [--distributed-timeout S]] [--config.KEY=VALUE ...]
 
   --config PATH        experiment file defining get_config(), or get_configs()
                        for a comparison (default: experiments/demo.py)
@@ -40,6 +41,9 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
                        or from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
                        JAX_PROCESS_ID; run the same command (same --workdir) in
                        every process
+  --distributed-timeout S
+                       with --distributed: stop (one line, exit 1) when not every
+                       process has joined after S seconds (default 300)
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
   --show-config        print the resolved config (every key, its value and what it
                        means) and exit without training
@@ -59,12 +63,26 @@ def load_experiment(path: str):
   sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
   try:
     spec.loader.exec_module(module)
+  except SyntaxError as e:  # in the file itself, or in a helper it imports
+    raise ConfigError(f'config file {e.filename or path!r} line {e.lineno}: '
+                      f'{e.msg}.') from e
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    raise ConfigError(f'config file {path!r} line {_failing_line(e, path)}: '
+                      f'{type(e).__name__}: {e}.') from e
   finally:
     sys.path.pop(0)
   if not hasattr(module, 'get_config') and not hasattr(module, 'get_configs'):
     raise ConfigError(
         f'config file {path!r} defines neither get_config() nor get_configs().')
   return module
+
+
+def _failing_line(error: Exception, path: str) -> int | None:
+  """The line of the file `path` that the traceback of `error` last passed
+  through (the import or call that failed), or None."""
+  lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+           if os.path.abspath(frame.filename) == os.path.abspath(path)]
+  return lines[-1] if lines else None
 
 
 def _checked(config, path: str, function: str) -> ml_collections.ConfigDict:
@@ -161,20 +179,45 @@ def parse_args(argv: list[str]) -> tuple[str, str | None, list[tuple[str, str]]]
   return config_path, workdir, overrides
 
 
-def pop_seeds(argv: list[str]) -> tuple[int | None, list[str]]:
-  """(N of `--seeds N` / `--seeds=N`, or None; argv without it)."""
-  rest, seeds, args = [], None, list(argv)
+def pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+  """(VALUE of `name VALUE` / `name=VALUE` in argv, or None; argv without it)."""
+  rest, value, args = [], None, list(argv)
   while args:
     arg = args.pop(0)
-    name, eq, value = arg.partition('=')
-    if name != '--seeds':
+    key, eq, text = arg.partition('=')
+    if key != name:
       rest.append(arg)
       continue
-    value = value if eq else (args.pop(0) if args else '')
-    if not value.isdigit() or int(value) < 1:
-      raise ConfigError(f'--seeds takes a positive integer, got {value!r}.')
-    seeds = int(value)
-  return seeds, rest
+    value = text if eq else (args.pop(0) if args else '')
+  return value, rest
+
+
+def pop_seeds(argv: list[str]) -> tuple[int | None, list[str]]:
+  """(N of `--seeds N` / `--seeds=N`, or None; argv without it)."""
+  value, rest = pop_option(argv, '--seeds')
+  if value is not None and (not value.isdigit() or int(value) < 1):
+    raise ConfigError(f'--seeds takes a positive integer, got {value!r}.')
+  return value and int(value), rest
+
+
+def pop_distributed(argv: list[str]) -> tuple[float | None, list[str]]:
+  """(seconds to wait for the other processes with `--distributed`, or None
+  without it; argv without `--distributed` and `--distributed-timeout S`)."""
+  value, rest = pop_option(argv, '--distributed-timeout')
+  distributed = '--distributed' in rest
+  rest = [arg for arg in rest if arg != '--distributed']
+  if value is None:
+    return (sharding.DISTRIBUTED_TIMEOUT_S if distributed else None), rest
+  try:
+    timeout = float(value)
+  except ValueError:
+    timeout = 0.0
+  if not 0 < timeout < float('inf'):
+    raise ConfigError('--distributed-timeout takes a positive number of '
+                      f'seconds, got {value!r}.')
+  if not distributed:
+    raise ConfigError('--distributed-timeout needs --distributed.')
+  return timeout, rest
 
 
 def default_workdir(config_path: str) -> str:
@@ -286,10 +329,16 @@ def main(argv: list[str] | None = None) -> int:
   if argv[:1] == ['bench']:
     from fedjax_het import bench  # pylint: disable=g-import-not-at-top
     return bench.main(argv[1:])
-  if '--distributed' in argv:
-    argv = [arg for arg in argv if arg != '--distributed']
-    sharding.initialize_distributed()
-  return report_errors('fedjax-het', lambda: _train_command(argv))
+  return report_errors('fedjax-het', lambda: _distributed_train_command(argv))
+
+
+def _distributed_train_command(argv: list[str]) -> int:
+  """The trainer command, with `--distributed` first joining the other
+  processes (`sharding.initialize_distributed`)."""
+  timeout, argv = pop_distributed(argv)
+  if timeout is not None:
+    sharding.initialize_distributed(timeout, 'fedjax-het')
+  return _train_command(argv)
 
 
 # At most this many XLA devices are made of the CPU's cores (each holds a copy of the data).

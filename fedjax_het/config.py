@@ -18,9 +18,9 @@ import math
 import ml_collections
 
 from fedjax_het.core.backends import BACKENDS
-from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
-                                non_negative_int, option, positive,
-                                positive_int)
+from fedjax_het.options import (ConfigError, OptionGroup, check_like_defaults,
+                                in_range, is_bool, non_negative_int, option,
+                                positive, positive_int)
 
 __all__ = ['ConfigError', 'CoreOptions', 'base_config', 'describe',
            'format_config', 'validate']
@@ -185,8 +185,32 @@ def check_known_keys(config: ml_collections.ConfigDict,
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks a resolved config's keys and core values; raises ConfigError
-  naming the first problem. A family's section is checked by its algorithm
-  when it is built (`OptionGroup.from_config`)."""
+  """Checks a resolved config's keys, core values, algorithm and the kinds of
+  its component options; raises ConfigError naming the first problem, the
+  same a run meets (`fedjax-het --show-config` refuses what a run would).
+  The algorithm's own sections are checked here as when it is built
+  (`OptionGroup.from_config`)."""
+  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
   check_known_keys(config, base_config())
   CoreOptions.from_config(config)
+  try:
+    method = algorithms.algorithm_class(config.algorithm)
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  for group in method.option_groups:
+    group.from_config(config)
+  check_component_options(config)
+
+
+def check_component_options(config: ml_collections.ConfigDict) -> None:
+  """Every `dataset_options` and `model_options` value of the kind of the
+  option's default (`options.check_like_defaults`); the dataset or model
+  checks which keys it takes and their ranges."""
+  from fedjax_het import models  # pylint: disable=g-import-not-at-top
+  from fedjax_het.data import sources  # pylint: disable=g-import-not-at-top
+  if config.dataset in sources.DATASETS:
+    check_like_defaults('dataset_options', config.dataset_options,
+                        sources.option_defaults(config.dataset))
+  if config.model in models.MODELS:
+    check_like_defaults('model_options', config.model_options,
+                        models.registry.option_defaults(config.model))

@@ -129,6 +129,28 @@ def is_bool(key: str, value) -> None:
     raise ConfigError(f'{key} must be True or False, got {value!r}.')
 
 
+# (kind of a default, what a value of that kind is, the test of a value).
+_KINDS = ((bool, 'True or False', lambda v: isinstance(v, bool)),
+          (int, 'an integer', _is_int),
+          (float, 'a number', _is_number),
+          (str, 'a string', lambda v: isinstance(v, str)),
+          (tuple, 'a list', lambda v: isinstance(v, (tuple, list))))
+
+
+def check_like_defaults(section: str, values, defaults: dict) -> None:
+  """Each entry of an open section (`model_options`, `dataset_options`)
+  checked to be of its default's kind (True/False, an integer, a number, a
+  string, a list); keys without a default, or whose default is None, are
+  left to the component. Raises ConfigError naming the key."""
+  for key, value in values.items():
+    default = defaults.get(key)
+    for kind, what, test in _KINDS:
+      if isinstance(default, kind):
+        if not test(value):
+          raise ConfigError(f'{section}.{key} must be {what}, got {value!r}.')
+        break
+
+
 # ---- groups -------------------------------------------------------------------
 def _coerce(default, value):
   """`value` in the default's type where that is lossless (list → tuple,

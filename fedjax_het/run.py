@@ -45,6 +45,7 @@ from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core import sharding
 from fedjax_het.core.sharding import client_mesh
 from fedjax_het.core.stream import CohortStream
 from fedjax_het.models import text as text_models
@@ -436,6 +437,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     train_data = runner.place(split.train.to_device())
     run_chunk = lambda state, n: runner.run(state, train_data, n)
 
+  # The processes' first collective (orbax's) follows unequally long compiles.
+  sharding.barrier('built')
   round_index, state, host = _restore(checkpoints, state, config, workdir)
   finished = os.path.join(workdir, 'summary.json')
   if round_index == config.rounds and os.path.exists(finished):

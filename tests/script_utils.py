@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -50,6 +51,13 @@ def test_xla_flags() -> str:
   computed in a child at default flags (`default_flags_env`)."""
   return ' '.join(f'--{name}={value}' for name, value in _CHEAP_COMPILE_FLAGS
                   if _jaxlib_knows_flag(name))
+
+
+def free_port() -> int:
+  """A TCP port on localhost that is free now (a coordinator's)."""
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
 
 
 def default_flags_env() -> dict:

@@ -26,7 +26,7 @@ def test_the_notebook_installs_the_checkout_without_a_placeholder_url():
   notebook = json.loads((ROOT / 'notebooks' / 'quickstart.ipynb').read_text())
   source = ''.join(''.join(cell['source']) for cell in notebook['cells'])
   assert 'YOUR_ORG' not in source and 'REPO_URL' not in source
-  assert "'install', '-q', '-e', str(checkout)" in source
+  assert '%pip install -q -e "{checkout}"' in source
 
 
 def test_the_design_documents_example_algorithm_runs_in_under_40_lines():

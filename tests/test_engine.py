@@ -249,6 +249,24 @@ def test_a_mask_table_trains_as_the_gathered_masks(mask_table_report, name):
   assert mask_table_report[name] == {'vmap': 0, 'map': 0, 'sequential': 0}
 
 
+def test_client_update_vmaps_over_plans_that_share_a_mask_table():
+  """A round by hand (notebooks/quickstart.ipynb): `plans.cohort_axes()`
+  vmaps `client_update` over a cohort of 4 whose plans share a table of 3
+  masks, and gives the updates of the masks gathered per client."""
+  config = tiny_config(algorithm='heterofl', capacities=(0.25, 0.5, 1.0))
+  data = tiny_data()
+  model = models.create_model('mlp', 3, **config.model_options.to_dict())
+  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+  algorithm = ALGORITHMS['heterofl'](config, model, data)
+  plans = algorithm.plan_round(algorithm.init(params, jax.random.PRNGKey(1)),
+                               data)
+  assert jax.tree.leaves(plans.mask_table)[0].shape[0] == 3
+  update = lambda plans, axes: jax.vmap(
+      algorithm.client_update, in_axes=(None, axes, None))(params, plans, data)
+  chex.assert_trees_all_equal(update(plans, plans.cohort_axes()),
+                              update(stacked_masks(plans), 0))
+
+
 def test_jitted_round_equals_eager_round():
   algorithm, state, data = tiny_fedavg()
   runner = RoundRunner(algorithm, 'vmap')

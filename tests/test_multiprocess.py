@@ -4,7 +4,6 @@ process, a shared workdir that only process 0 writes, and an exact resume
 from the checkpoints both processes saved."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,18 +12,13 @@ import pytest
 
 from fedjax_het import cli, run
 from fedjax_het.core import sharding
+from script_utils import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, 'experiments', 'quickstart.py')
 SHORT = ['--config.eval_every=2', '--config.rounds_per_call=2',
          '--config.checkpoint_every=2', '--config.progress=False']
 FIARSE = ['--config.algorithm=fiarse', '--config.capacities=(0.25,0.5,1.0)']
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
 
 
 def two_processes(workdir: str, rounds: int, extra=()) -> None:

@@ -16,7 +16,7 @@ from fedjax_het import cli, plots, run, workdir as workdir_lib
 from fedjax_het.checkpoint import CheckpointError
 from fedjax_het.config import ConfigError
 from fedjax_het.workdir import WorkdirError
-from script_utils import REPO, load_script
+from script_utils import REPO, free_port, load_script
 from test_run import QUICK, QUICKSTART, quick_config, read_rows
 
 
@@ -137,23 +137,79 @@ def test_a_full_disk_stops_in_one_line_and_keeps_the_checkpoint(
 
 @pytest.mark.parametrize('case', [
     'workdir_is_a_file', 'workdir_under_a_file', 'get_config_returns_a_dict',
-    'bench_unknown_algorithm', 'bench_empty_cohort'])
+    'bench_unknown_algorithm', 'bench_empty_cohort', 'config_syntax_error',
+    'config_import_error', 'dataset_option_of_another_type',
+    'model_option_of_another_type', 'show_config_of_an_unknown_algorithm'])
 def test_former_tracebacks_exit_with_one_line(tmp_path, capsys, case):
   (tmp_path / 'file').write_text('x')
   (tmp_path / 'plain.py').write_text('def get_config():\n  return {}\n')
+  (tmp_path / 'syntax.py').write_text('def get_config(:\n  pass\n')
+  (tmp_path / 'imports.py').write_text('"""A config."""\nimport no_such_module\n')
+  workdir = f'--workdir={tmp_path / "run"}'
   argv = {
       'workdir_is_a_file': QUICK + [f'--workdir={tmp_path / "file"}'],
       'workdir_under_a_file': QUICK + [f'--workdir={tmp_path / "file" / "w"}'],
       'get_config_returns_a_dict': ['--config', str(tmp_path / 'plain.py')],
       'bench_unknown_algorithm': ['bench', '--algorithm', 'fiarce'],
       'bench_empty_cohort': ['bench', '--cohort', '0'],
+      'config_syntax_error': ['--config', str(tmp_path / 'syntax.py')],
+      'config_import_error': ['--config', str(tmp_path / 'imports.py')],
+      'dataset_option_of_another_type': QUICK + [
+          "--config.dataset_options={'test_fraction': 'a'}", workdir],
+      'model_option_of_another_type': QUICK + [
+          "--config.model_options.exits='yes'", workdir],
+      'show_config_of_an_unknown_algorithm': QUICK + [
+          '--show-config', '--config.algorithm=fiarce'],
   }[case]
   err = one_line_error(capsys, cli.main(argv))
   assert {'workdir_is_a_file': 'cannot use workdir',
           'workdir_under_a_file': 'cannot use workdir',
           'get_config_returns_a_dict': 'returned a dict',
           'bench_unknown_algorithm': "unknown algorithm 'fiarce'",
-          'bench_empty_cohort': '--cohort must be at least 1'}[case] in err
+          'bench_empty_cohort': '--cohort must be at least 1',
+          'config_syntax_error': f"config file '{tmp_path / 'syntax.py'}' line 1: ",
+          'config_import_error': f"config file '{tmp_path / 'imports.py'}' line 2: "
+                                 "ModuleNotFoundError: No module named 'no_such_module'",
+          'dataset_option_of_another_type':
+              "dataset_options.test_fraction must be a number, got 'a'.",
+          'model_option_of_another_type':
+              "model_options.exits must be True or False, got 'yes'.",
+          'show_config_of_an_unknown_algorithm': "unknown algorithm 'fiarce'; choose one of",
+          }[case] in err
+  assert not (tmp_path / 'run').exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize('case', ['no_cluster', 'process_1_missing'])
+def test_distributed_start_up_fails_in_one_line(tmp_path, case):
+  """`--distributed` with no cluster environment names what to set (it was a
+  ValueError traceback); with JAX_NUM_PROCESSES=2 and only process 0 started
+  it stops after --distributed-timeout naming process 1 (it waited with no
+  output). A subprocess each: JAX joins a cluster before its first use of a
+  device, which this test process is past. Nothing is written."""
+  env = {k: v for k, v in os.environ.items() if k not in (
+      'JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')}
+  if case == 'process_1_missing':
+    env.update(JAX_COORDINATOR_ADDRESS=f'localhost:{free_port()}',
+               JAX_NUM_PROCESSES='2', JAX_PROCESS_ID='0')
+  tic = time.perf_counter()
+  result = subprocess.run(
+      [sys.executable, '-m', 'fedjax_het', '--distributed',
+       '--distributed-timeout', '2', *QUICK, f'--workdir={tmp_path / "run"}'],
+      env=env, capture_output=True, text=True, timeout=120)
+  assert time.perf_counter() - tic < 60
+  assert result.stderr.count('\n') == 1, result.stderr
+  if case == 'no_cluster':
+    assert result.returncode == 2
+    assert result.stderr.startswith('fedjax-het: error: --distributed found no cluster')
+    assert ('set JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES and '
+            'JAX_PROCESS_ID') in result.stderr
+  else:
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        'fedjax-het: --distributed: process 0 of 2 waited 2 s at localhost:')
+    assert 'for process 1, which never joined' in result.stderr
+    assert 'JAX_PROCESS_ID=1' in result.stderr
+  assert not (tmp_path / 'run').exists()
 
 
 def test_the_quadratic_names_the_methods_it_takes(capsys, monkeypatch):

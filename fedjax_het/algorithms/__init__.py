@@ -35,6 +35,14 @@ OPTION_GROUPS = tuple(dict.fromkeys(
     group for cls in ALGORITHMS.values() for group in cls.option_groups))
 
 
+def algorithm_class(name: str) -> type[FederatedAlgorithm]:
+  """The class of the method called `name`; ValueError naming the choices."""
+  if name not in ALGORITHMS:
+    raise ValueError(f'unknown algorithm {name!r}; choose one of '
+                     f'{", ".join(sorted(ALGORITHMS))}.')
+  return ALGORITHMS[name]
+
+
 def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
   """Instantiates the method called `name` for a model and federated data.
 
@@ -42,8 +50,6 @@ def create_algorithm(name: str, config, model, data) -> FederatedAlgorithm:
   (`FederatedData.validate`): a bad label, count or feature is a one-line
   ValueError naming the client and row, not NaNs or wrong results later.
   """
-  if name not in ALGORITHMS:
-    raise ValueError(f'unknown algorithm {name!r}; choose one of '
-                     f'{", ".join(sorted(ALGORITHMS))}.')
+  cls = algorithm_class(name)
   data.validate(model.num_classes)
-  return ALGORITHMS[name](config, model, data)
+  return cls(config, model, data)

@@ -20,11 +20,15 @@ round, and on a multi-core CPU it runs clients on separate cores.
 """
 import os
 import re
+import sys
+import threading
 from typing import Any, Callable
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fedjax_het.options import ConfigError
 
 PyTree = Any
 CLIENT_AXIS = 'clients'
@@ -44,15 +48,92 @@ def set_cpu_device_count(count: int, environ=None) -> None:
   environ['XLA_FLAGS'] = f'{flags.strip()} {_CPU_DEVICE_COUNT_FLAG}={count}'.strip()
 
 
-def initialize_distributed() -> None:
+# Seconds `initialize_distributed` waits for every process to join, by default (JAX's own).
+DISTRIBUTED_TIMEOUT_S = 300
+_PROCESS_ENV = {'JAX_NUM_PROCESSES': 'num_processes', 'JAX_PROCESS_ID': 'process_id'}
+
+
+def _process_env() -> dict[str, int]:
+  """jax.distributed.initialize's process count and index from JAX_NUM_PROCESSES
+  and JAX_PROCESS_ID, where set; ConfigError for a value that is not an integer."""
+  values = {}
+  for env, arg in _PROCESS_ENV.items():
+    if env in os.environ:
+      if not os.environ[env].strip().isdigit():
+        raise ConfigError(f'{env} must be a non-negative integer, got '
+                          f'{os.environ[env]!r}.')
+      values[arg] = int(os.environ[env])
+  return values
+
+
+def _missing_peers(process: dict[str, int], timeout_s: float) -> str:
+  """The sentence for a group of processes that did not form in `timeout_s`."""
+  retry = '--distributed-timeout SECONDS waits longer.'
+  if len(process) < 2:  # a cluster's own environment
+    return (f'--distributed: not every process joined within {timeout_s:g} s: '
+            f'start the same command in every process; {retry}')
+  others = [i for i in range(process['num_processes']) if i != process['process_id']]
+  missing = (f'process {others[0]}, which never joined: start the same command '
+             f'with JAX_PROCESS_ID={others[0]}' if len(others) == 1 else
+             f'processes {", ".join(map(str, others))}, not all of which '
+             'joined: start the same command with each missing JAX_PROCESS_ID')
+  return (f'--distributed: process {process["process_id"]} of '
+          f'{process["num_processes"]} waited {timeout_s:g} s at '
+          f'{os.environ.get("JAX_COORDINATOR_ADDRESS")} for {missing}, or set '
+          f'JAX_NUM_PROCESSES to the number of processes started; {retry}')
+
+
+def initialize_distributed(timeout_s: float = DISTRIBUTED_TIMEOUT_S,
+                           prog: str = 'fedjax-het') -> None:
   """`jax.distributed.initialize()`, taking the process count and index from
   JAX_NUM_PROCESSES and JAX_PROCESS_ID when they are set (processes on one
   machine, or a cluster JAX does not detect; JAX reads the coordinator's
   host:port from JAX_COORDINATOR_ADDRESS). Without them JAX detects Cloud
-  TPU slices, SLURM, Open MPI and Kubernetes."""
-  names = {'JAX_NUM_PROCESSES': 'num_processes', 'JAX_PROCESS_ID': 'process_id'}
-  jax.distributed.initialize(**{arg: int(os.environ[env])
-                                for env, arg in names.items() if env in os.environ})
+  TPU slices, SLURM, Open MPI and Kubernetes.
+
+  Raises ConfigError when there is neither a cluster nor these variables.
+  When the processes have not all joined after `timeout_s` seconds (one was
+  never started), prints one line `<prog>: ...` on stderr naming the missing
+  processes and what to set, and ends this process with status 1: JAX's
+  connection cannot be abandoned (its thread would abort the process later
+  with a stack dump).
+  """
+  process = _process_env()
+
+  def give_up():
+    print(f'{prog}: {_missing_peers(process, timeout_s)}', file=sys.stderr,
+          flush=True)
+    os._exit(1)  # pylint: disable=protected-access
+
+  watchdog = threading.Timer(timeout_s, give_up)
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    # JAX's own deadline comes later: the watchdog speaks first.
+    jax.distributed.initialize(**process,
+                               initialization_timeout=int(2 * timeout_s) + 10)
+  except ValueError as e:  # no coordinator, process count or index
+    raise ConfigError(
+        f'--distributed found no cluster to join ({e}): set '
+        'JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES and '
+        'JAX_PROCESS_ID in every process (or run under Cloud TPU, SLURM, Open '
+        'MPI or Kubernetes).') from e
+  finally:
+    watchdog.cancel()
+
+
+def barrier(name: str, timeout_s: float = 3600) -> None:
+  """Every process waits here until all have arrived (the coordination
+  service's barrier, orbax's `get_barrier_sync_fn`; nothing with one
+  process). Call it before the processes' first collective: gloo, the CPU
+  collectives, gives up when it connects the processes on the first one and
+  a peer arrives more than 30 s later (`DEADLINE_EXCEEDED: GetKeyValue()
+  timed out`), and the compiles before it can differ by more than that on a
+  loaded machine; this barrier waits `timeout_s`. Later collectives wait for
+  a late peer."""
+  if jax.process_count() > 1:
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    ocp.multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
 
 
 def client_mesh(num_devices: int = 0) -> Mesh | None:

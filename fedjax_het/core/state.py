@@ -115,6 +115,15 @@ class ClientPlan:
       return self
     return self.replace(mask=self.replace(mask_table=mask_table).client_masks())
 
+  def cohort_axes(self) -> 'ClientPlan':
+    """`jax.vmap`'s `in_axes` for these batched plans: axis 0 of every
+    per-client field, none of the shared `mask_table` (whose leading axis
+    is its rows, not the cohort; each client takes its row in the map):
+
+        jax.vmap(algorithm.client_update, in_axes=(None, plans.cohort_axes(), None))
+    """
+    return jax.tree.map(lambda _: 0, self).replace(mask_table=None)
+
   def is_active(self) -> jax.Array:
     """`active` as a bool array (True where it is None), shaped like `weight`."""
     if self.active is None:

@@ -450,6 +450,14 @@ def _standardize(ds: ArrayDataset) -> ArrayDataset:
   return dataclasses.replace(ds, x_train=scale(ds.x_train), x_test=scale(ds.x_test))
 
 
+def option_defaults(name: str) -> dict:
+  """The options dataset `name` takes (`load_dataset`'s **options and
+  `normalize`), each with its default."""
+  parameters = inspect.signature(_LOADERS[name]).parameters.values()
+  return {'normalize': False, **{p.name: p.default for p in parameters
+                                 if p.default is not inspect.Parameter.empty}}
+
+
 def load_dataset(name: str, *, data_dir: str | None = None, seed: int = 0,
                  normalize: bool = False, **options) -> ArrayDataset:
   """Loads dataset `name` (one of `DATASETS`) into host memory.

@@ -80,6 +80,16 @@ def create_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
   return cls(num_classes=num_classes, **{**_PRESETS.get(name, {}), **kwargs})
 
 
+def option_defaults(name: str) -> dict:
+  """The options model `name` (one of MODELS) takes that have a default, with
+  their defaults (a preset's own values for a preset)."""
+  fields = dataclasses.fields(_CLASSES[name])
+  return {**{f.name: f.default for f in fields
+             if f.init and f.default is not dataclasses.MISSING
+             and f.name not in ('num_classes', 'parent', 'name')},
+          **_PRESETS.get(name, {})}
+
+
 def init_params(model: nn.Module, key: jax.Array, input_shape: Sequence[int]) -> dict:
   """The `params` collection of `model` for inputs of shape `input_shape` (no batch axis).
 
