@@ -23,6 +23,8 @@ from fedjax_het.systems import local_work
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
 from script_utils import REPO, load_script
 
+TINY_MLP = models.create_model('mlp', 3, hidden=(7,))
+
 # The toy quadratic lives with its experiment (it builds on the algorithms).
 sys.path.insert(0, os.path.join(REPO, 'experiments', 'fedacs'))
 import quadratic_toy as quadratic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -417,7 +419,7 @@ def test_bad_systems_for_a_method_fail_clearly(method, overrides, message):
   config = tiny_config(algorithm=method)
   config.systems.update(overrides)
   with pytest.raises(ValueError, match=message):
-    algorithms.create_algorithm(method, config, None, tiny_data())
+    algorithms.create_algorithm(method, config, TINY_MLP, tiny_data())
 
 
 @pytest.mark.parametrize('method, fedacs, top, message', [
@@ -434,7 +436,7 @@ def test_bad_method_options_fail_clearly(method, fedacs, top, message):
   config = tiny_config(algorithm=method, **top)
   config.fedacs.update(fedacs)
   with pytest.raises(ValueError, match=message):
-    algorithms.create_algorithm(method, config, None, tiny_data())
+    algorithms.create_algorithm(method, config, TINY_MLP, tiny_data())
 
 
 def test_trainer_reports_communication_and_computation_and_resumes(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from fedjax_het import cli, models
 from fedjax_het import run as trainer
+from fedjax_het import workdir as workdir_lib
 from fedjax_het.algorithms import ALGORITHMS, FedAvg
 from fedjax_het.core import aggregation, batching
 from fedjax_het.core.state import ClientOutput
@@ -307,7 +308,7 @@ def test_per_round_metrics_are_the_rounds_values_not_running_sums(tmp_path):
   config.hierarchy.update(num_cells=2, edge_rounds=2, edge_channel='aircomp',
                           beamformer_sca_steps=3, beamformer_inner_steps=20)
   summary = trainer.train(config, str(tmp_path / 'run'))
-  rows = trainer.read_metrics(str(tmp_path / 'run' / 'metrics.jsonl'))
+  rows = workdir_lib.read_metrics(str(tmp_path / 'run' / 'metrics.jsonl'))
   params = summary['num_params']
   dmax = [r['partition_dmax'] for r in rows]
   assert len(rows) == 3 and all(0 < d < params for d in dmax)  # a half model, never a sum

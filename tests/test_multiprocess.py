@@ -4,14 +4,16 @@ process, a shared workdir that only process 0 writes, and an exact resume
 from the checkpoints both processes saved."""
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 from fedjax_het import cli, run
-from fedjax_het.core import sharding
 from script_utils import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,23 +23,34 @@ SHORT = ['--config.eval_every=2', '--config.rounds_per_call=2',
 FIARSE = ['--config.algorithm=fiarse', '--config.capacities=(0.25,0.5,1.0)']
 
 
+def documented_recipe() -> str:
+  """The two-process recipe of tpu_scripts/README.md: its bash block that starts
+  `fedjax-het --distributed` in a loop."""
+  with open(os.path.join(ROOT, 'tpu_scripts', 'README.md')) as f:
+    blocks = re.findall(r'```bash\n(.*?)```', f.read(), re.S)
+  recipe, = [b for b in blocks if 'for i in 0 1' in b and '--distributed' in b]
+  return textwrap.dedent(recipe)
+
+
 def two_processes(workdir: str, rounds: int, extra=()) -> None:
-  """`fedjax-het --distributed` in two processes of one CPU device each."""
-  port = free_port()
-  procs = []
-  for i in range(2):
-    env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': f'localhost:{port}',
-           'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(i),
-           'JAX_PLATFORMS': 'cpu'}
-    sharding.set_cpu_device_count(1, env)
-    procs.append(subprocess.Popen(
-        [sys.executable, '-m', 'fedjax_het', '--distributed', '--config',
-         QUICKSTART, '--workdir', workdir, f'--config.rounds={rounds}',
-         *SHORT, *extra], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True))
-  outputs = [p.communicate(timeout=600)[0] for p in procs]
-  for i, (p, out) in enumerate(zip(procs, outputs)):
-    assert p.returncode == 0, f'process {i}:\n{out[-3000:]}'
+  """The documented recipe run as written by bash at the repository root, with
+  a free port for 12345, `workdir` for runs/two, and `rounds` and this test's
+  short schedule appended to the command."""
+  recipe = documented_recipe()
+  overrides = [f'--config.rounds={rounds}', *SHORT, *extra]
+  for old, new in (('localhost:12345', f'localhost:{free_port()}'),
+                   ('--workdir runs/two',
+                    shlex.join(['--workdir', workdir, *overrides]))):
+    assert recipe.count(old) == 1, f'the recipe no longer has {old!r}'
+    recipe = recipe.replace(old, new)
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
+         'PATH': f'{os.path.dirname(sys.executable)}:{os.environ["PATH"]}'}
+  result = subprocess.run(['bash', '-c', recipe], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+  # `wait` returns 0 whatever the processes did: their summary tells.
+  summary = os.path.join(workdir, 'summary.json')
+  finished = os.path.exists(summary) and json.load(open(summary))['rounds']
+  assert finished == rounds, result.stdout[-2000:] + result.stderr[-3000:]
 
 
 def one_process(rounds: int, extra=()) -> list[dict]:
