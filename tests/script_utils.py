@@ -1,5 +1,6 @@
 """Repository scripts (experiments/...) loaded as modules in tests, and child
 processes whose report a test session shares."""
+import contextlib
 import dataclasses
 import fcntl
 import functools
@@ -146,12 +147,15 @@ def child_report(tmp_path_factory, worker_id, name: str) -> dict:
 def start_children(shared: pathlib.Path, test_ids) -> list:
   """Starts, in the background, the children whose tests are among
   `test_ids`, so that no xdist worker sits waiting on one: each computes its
-  report as `_shared_report` does (this file run as a script). Returns the
-  processes (`stop_children` ends those still running)."""
+  report as `_shared_report` does (this file run as a script). They run at
+  the lowest CPU priority, on the cycles the workers leave (a worker's
+  single-threaded Python, its waits, the session's tail), each in its own
+  process group but in the session's (with Linux's autogroups a session of
+  its own would be scheduled as an equal of all the workers together).
+  Returns the processes (`stop_children` ends those still running)."""
   files = {test_id.split('::')[0].rsplit('/', 1)[-1] for test_id in test_ids}
   return [subprocess.Popen([sys.executable, __file__, name, str(shared)],
-                           cwd=TESTS, start_new_session=True,
-                           stdout=subprocess.DEVNULL,
+                           cwd=TESTS, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
           for name, child in CHILDREN.items() if child.test_file in files]
 
@@ -161,8 +165,12 @@ def stop_children(processes) -> None:
   (a session stopped early, or whose tests were not run)."""
   for process in processes:
     if process.poll() is None:
-      os.killpg(process.pid, signal.SIGTERM)
+      with contextlib.suppress(ProcessLookupError):  # not yet its own group
+        os.killpg(process.pid, signal.SIGTERM)
+      process.terminate()
 
 
-if __name__ == '__main__':
+if __name__ == '__main__':  # started by `start_children`
+  os.setpgrp()
+  os.nice(19)
   _shared_report(pathlib.Path(sys.argv[2]), sys.argv[1])
