@@ -37,9 +37,11 @@ def _jaxlib_knows_flag(name: str) -> bool:
   spec = importlib.util.find_spec('jaxlib')
   for library in glob.glob(os.path.join(spec.submodule_search_locations[0],
                                         '*.so')):
-    with open(library, 'rb') as file:
-      if os.fstat(file.fileno()).st_size and mmap.mmap(
-          file.fileno(), 0, access=mmap.ACCESS_READ).find(name.encode()) >= 0:
+    if not os.path.getsize(library):
+      continue
+    with open(library, 'rb') as file, mmap.mmap(
+        file.fileno(), 0, access=mmap.ACCESS_READ) as contents:
+      if contents.find(name.encode()) >= 0:
         return True
   return False
 
