@@ -63,12 +63,14 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def default_flags_env() -> dict:
-  """This process's environment without the tests' compile flags: for a child
-  process that must compile as a user's run does."""
+def default_flags_env(names=None) -> dict:
+  """This process's environment without the tests' compile flags (or without
+  those of them named in `names`): for a child process that must compile as
+  a user's run does."""
   flags = os.environ.get('XLA_FLAGS', '')
   for name, _ in _CHEAP_COMPILE_FLAGS:
-    flags = re.sub(rf'--{name}=\S*', '', flags)
+    if names is None or name in names:
+      flags = re.sub(rf'--{name}=\S*', '', flags)
   return {**os.environ, 'XLA_FLAGS': re.sub(r'\s+', ' ', flags).strip()}
 
 
@@ -92,17 +94,19 @@ class Child:
   """A child process whose JSON report the tests of `test_file` assert on:
   `python tests/SCRIPT SCRATCH_DIR` prints it as its last line of stdout.
 
-  default_flags: compile as a user's run does (`default_flags_env`), for
-    results pinned or compared bit for bit.
+  without_flags: the suite's cheap compile flags (`_CHEAP_COMPILE_FLAGS`)
+    the child compiles without (`default_flags_env`): all of them (None) for
+    results pinned at a user's flags.
   cpu_devices: split the CPU into this many XLA devices (0: one).
   """
   script: str
   test_file: str
-  default_flags: bool = False
+  without_flags: tuple[str, ...] | None = ()
   cpu_devices: int = 0
 
   def env(self) -> dict:
-    env = default_flags_env() if self.default_flags else dict(os.environ)
+    env = (default_flags_env(self.without_flags) if self.without_flags != ()
+           else dict(os.environ))
     if self.cpu_devices:
       from fedjax_het.core import sharding
       env['JAX_PLATFORMS'] = 'cpu'
@@ -112,9 +116,9 @@ class Child:
 
 CHILDREN = {
     'pinned_hashes': Child('test_pinned.py', 'test_pinned.py',
-                           default_flags=True),
+                           without_flags=None),
     'mask_table_report': Child('test_engine.py', 'test_engine.py',
-                               default_flags=True),
+                               without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 cpu_devices=4),
 }
