@@ -255,9 +255,10 @@ def permuted(tree, perm):
 def sampled_unsorted_round(method, state, data):
   """(state, plans) of the first round whose sampled cohort is not in
   ascending client id (the property below could not fail otherwise)."""
+  plan_round = jax.jit(method.plan_round)
   for r in range(20):
     state = state.replace(round=jnp.asarray(r, jnp.int32))
-    plans = method.plan_round(state, data)
+    plans = plan_round(state, data)
     ids = np.asarray(plans.client_id)
     if (np.diff(ids) < 0).any():
       return state, plans
@@ -274,15 +275,17 @@ def test_natural_server_order_is_ascending_client_id(order, invariant):
   config.update(num_clients=CLIENTS, clients_per_round=CLIENTS)
   method, state, data = build(config=config)
   state, plans = sampled_unsorted_round(method, state, data)
-  outputs = method.local_phase(state, plans, data,
-                               RoundRunner(method, 'vmap').clients())
+  clients = RoundRunner(method, 'vmap').clients()
+  outputs = jax.jit(lambda s, p, d: method.local_phase(s, p, d, clients))(
+      state, plans, data)
   order_rows = np.asarray(method.arrival_order(state, plans, 2))
   served = np.asarray(plans.client_id)[order_rows]
   assert (np.diff(served, axis=1) > 0).all() == invariant
   perm = np.argsort(np.asarray(plans.client_id))
-  server = method.train_server(state, plans, outputs)
-  sorted_server = method.train_server(state, permuted(plans, perm),
-                                      permuted(outputs, perm))
+  train_server = jax.jit(method.train_server)
+  server = train_server(state, plans, outputs)
+  sorted_server = train_server(state, permuted(plans, perm),
+                               permuted(outputs, perm))
   same = all(np.array_equal(a, b) for a, b in zip(
       jax.tree.leaves(server), jax.tree.leaves(sorted_server)))
   assert same == invariant
@@ -294,8 +297,9 @@ def test_fsl_oc_serves_clients_in_ascending_id():
   method, state, data = build('fsl_oc')
   state, plans = sampled_unsorted_round(method, state, data)
   perm = np.argsort(np.asarray(plans.client_id))
-  got = method.round_robin(state.params, plans, data)
-  expected = method.round_robin(state.params, permuted(plans, perm), data)
+  round_robin = jax.jit(method.round_robin)
+  got = round_robin(state.params, plans, data)
+  expected = round_robin(state.params, permuted(plans, perm), data)
   chex.assert_trees_all_equal(got.extras['server'], expected.extras['server'])
   chex.assert_trees_all_equal(permuted(got.delta, perm), expected.delta)
 

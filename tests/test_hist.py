@@ -156,7 +156,7 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
   oma, first, oma_final, oma_metrics = two_rounds('hist')
   silent, *_ = hierarchical('hist', edge_channel='aircomp',
                             aircomp_noise='none')
-  plans = stacked_masks(oma.plan_round(first, tiny_data()))
+  plans = stacked_masks(jax.jit(oma.plan_round)(first, tiny_data()))
   deltas = jax.tree.map(lambda m: 0.01 * m.astype(jnp.float32) * jax.random.normal(
       jax.random.PRNGKey(0), m.shape), plans.mask)
   # OMA divides the cells' sums (summed in the client map); AirComp reads
@@ -164,10 +164,10 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
   sums = aggregation.segment_sums(deltas, plans.weight, plans.segment,
                                   oma.num_segments, plans.mask,
                                   values_masked=True)
-  exact, no_stats = oma.edge_aggregate(
+  exact, no_stats = jax.jit(oma.edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(None, None, None, delta_sums=sums),
       plans)
-  over_the_air, stats = silent.edge_aggregate(
+  over_the_air, stats = jax.jit(silent.edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(deltas, None, None), plans)
   assert not no_stats
   chex.assert_trees_all_close(over_the_air, exact, rtol=1e-4, atol=1e-8)
