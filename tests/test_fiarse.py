@@ -162,9 +162,9 @@ def test_partial_averaging_identities(rule):
 def test_fedrolex_window_rolls_one_channel_per_round_heterofl_stays():
   for name, moves in [('fedrolex', True), ('heterofl', False)]:
     algorithm, state, _ = make(name)
-    masks = []
+    masks, plan_round = [], jax.jit(algorithm.plan_round)
     for r in (0, 1):
-      plans = algorithm.plan_round(state.replace(round=jnp.int32(r)), None)
+      plans = plan_round(state.replace(round=jnp.int32(r)), None)
       level = np.asarray(algorithm.client_level)[np.asarray(plans.client_id)]
       slot = int(np.flatnonzero(level == 0)[0])  # a γ = 1/4 client
       masks.append(np.asarray(plans.client_masks()['fc1']['bias'][slot]))

@@ -87,8 +87,9 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
   grad = jax.jit(jax.grad(loss))
   bound = batching.epochs_per_batch(config.batch_size, int(counts.min()))
   params = jax.tree.map(np.asarray, state.params)
+  plan_round = jax.jit(algorithm.plan_round)
   for r in range(rounds):
-    plans = jax.device_get(stacked_masks(algorithm.plan_round(
+    plans = jax.device_get(stacked_masks(plan_round(
         state.replace(round=jnp.int32(r)), data)))
     cells = []
     for j in range(algorithm.num_segments):
@@ -186,8 +187,9 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
 def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
   uniform, state, _, _ = two_rounds('hist')
   data = tiny_data()
-  plans = [stacked_masks(uniform.plan_round(state.replace(round=jnp.int32(r)),
-                                            data)) for r in range(3)]
+  plan_round = jax.jit(uniform.plan_round)
+  plans = [stacked_masks(plan_round(state.replace(round=jnp.int32(r)), data))
+           for r in range(3)]
   owners = [np.asarray(p.mask['fc1']['bias'][0]) for p in plans]  # cell 0
   assert not np.array_equal(owners[0], owners[1])
   for plan in plans:  # client 0 in cell 0 and client 2 in cell 1: disjoint
