@@ -261,7 +261,7 @@ def _print_summary(summary: dict, workdir: str) -> None:
 def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
   """Prints each resolved config with every key's description (--show-config)."""
   for label, config in configs.items():
-    config_lib.validate(config)
+    config = config_lib.resolve(config)
     if label:
       print(f'# {label}')
     print(config_lib.format_config(config))

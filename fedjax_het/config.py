@@ -199,7 +199,60 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(str(e)) from e
   for group in method.option_groups:
     group.from_config(config)
+  check_sections_in_use(config, method)
+  method.fix_options(config)
   check_component_options(config)
+
+
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` validated, with the options its method fixes written in
+  (`FederatedAlgorithm.fix_options`): what the run trains with, as
+  config.json and `--show-config` show it."""
+  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
+  validate(config)
+  return algorithms.algorithm_class(config.algorithm).fix_options(config)
+
+
+def _changed_key(section: ml_collections.ConfigDict,
+                 defaults: ml_collections.ConfigDict) -> str | None:
+  """The first key of `section` whose value is not its default (lists and
+  tuples alike), or None."""
+  for key, default in defaults.items():
+    value = section[key]
+    if isinstance(value, ml_collections.ConfigDict):
+      value = value.to_dict()
+    if isinstance(default, ml_collections.ConfigDict):
+      default = default.to_dict()
+    if isinstance(value, list):
+      value = tuple(value)
+    if value != default:
+      return key
+  return None
+
+
+def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
+  """Refuses a value set in a section the run does not read: a method's
+  section (`option_groups`) under another method, or `natural` without
+  partition=natural. An option a run accepts changes what it does, or it is
+  refused in one line, never ignored."""
+  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
+  for group in option_groups():
+    if group in method.option_groups or (
+        group.key == 'natural' and config.partition == 'natural'):
+      continue
+    key = _changed_key(config[group.key], group.defaults())
+    if key is None:
+      continue
+    value = config[group.key][key]
+    if group.key == 'natural':
+      raise ConfigError(f'natural.{key} = {value!r} is set, but only '
+                        'partition=natural reads the natural section.')
+    readers = [name for name, cls in algorithms.ALGORITHMS.items()
+               if group in cls.option_groups]
+    raise ConfigError(
+        f'{group.key}.{key} = {value!r} is set, but {config.algorithm} does '
+        f'not read the {group.key} section (read by {", ".join(readers)}); '
+        f'leave it unset or choose one of those methods.')
 
 
 def check_component_options(config: ml_collections.ConfigDict) -> None:

@@ -370,7 +370,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   WorkdirError when the workdir is busy, unusable or a write fails.
   """
   started = time.perf_counter()
-  config_lib.validate(config)
+  config = config_lib.resolve(config)
   logging_writers.check(config.metric_writers)
   config = expand_paths(config)
   workdir = workdir_lib.expand(workdir)

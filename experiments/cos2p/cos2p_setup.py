@@ -10,7 +10,7 @@ Co-S²P's config into any row of Tables 1–2 (`TABLE_ROWS`).
 import ml_collections
 import numpy as np
 
-from fedjax_het import run
+from fedjax_het import algorithms, run
 from fedjax_het.config import base_config
 from fedjax_het.systems import vit_cost
 
@@ -50,6 +50,9 @@ def table_row(config, label: str):
   """Co-S²P's `config` as the row `label` of Tables 1–2 (a copy)."""
   row = config.copy_and_resolve_references()
   row.algorithm = TABLE_ROWS[label]
+  # A baseline trains with its fixed options (e.g. μ = 1, λ2 = 0), whatever
+  # Co-S²P's row sets: its config says so.
+  row.cos2p.update(algorithms.algorithm_class(row.algorithm).fixed_options)
   if label == 'cos2p_async':
     row.cos2p.update(mu=1.0 / row.num_clients, t_clk=0.0)
   if row.algorithm == 'vit_fedavg_adavit':

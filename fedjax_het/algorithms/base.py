@@ -118,6 +118,14 @@ class FederatedAlgorithm:
   # that reads `outputs.delta` itself keeps False.
   sums_deltas_in_map = False
 
+  @classmethod
+  def fix_options(cls, config: ml_collections.ConfigDict
+                  ) -> ml_collections.ConfigDict:
+    """`config` with the options the method fixes written in, i.e. what it
+    trains with; raises ConfigError where `config` sets one of them to
+    another value. Default: the method fixes none (`config` itself)."""
+    return config
+
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
         g != 1 for g in config.capacities):

@@ -204,6 +204,26 @@ class Cos2p(FederatedAlgorithm):
   # Whether it trains AdaViT's decision networks (a ViT with decisions=True).
   reads_decisions = False
 
+  @classmethod
+  def fix_options(cls, config):
+    """`config` with the baseline's `fixed_options` written into its cos2p
+    section (a copy); a fixed option that `config` sets to another value than
+    its default is refused, never overwritten."""
+    if not cls.fixed_options:
+      return config
+    defaults = Cos2pOptions.defaults()
+    for key, fixed in cls.fixed_options.items():
+      value = config.cos2p[key]
+      if isinstance(value, list):
+        value = tuple(value)
+      if value != defaults[key] and value != fixed:
+        raise ConfigError(
+            f'{cls.name} fixes cos2p.{key} = {fixed!r}, got {value!r}; leave '
+            f'it unset (cos2p trains with it).')
+    fixed = config.copy_and_resolve_references()
+    fixed.cos2p.update(cls.fixed_options)
+    return fixed
+
   def __init__(self, config, model, data):
     if not isinstance(model, vit.ViT):
       raise ConfigError(f'{self.name} trains a ViT; config.model must be vit '

@@ -1,0 +1,86 @@
+"""A run reads only its method's sections: a value set in any other section,
+or a baseline's fixed option set otherwise, is refused in one line; what a
+run trains with is what its resolved config says."""
+import pytest
+
+from fedjax_het import cli
+from fedjax_het import config as config_lib
+from fedjax_het.options import ConfigError
+from test_reliability import one_line_error
+from test_run import QUICK
+
+
+def configured(algorithm: str, **dotted):
+  config = config_lib.base_config()
+  config.algorithm = algorithm
+  for key, value in dotted.items():
+    section, name = key.split('__')
+    config[section][name] = value
+  return config
+
+
+# Each kind of heterogeneity set under a method that does not run it (the
+# cells of issue 27's table that used to be accepted and ignored).
+@pytest.mark.parametrize('algorithm,key,value,readers', [
+    ('fedavg', 'systems__q', (0.3,), 'fedavg_het, fedacs'),          # lossy links
+    ('fiarse', 'systems__local_work', (1, 2), 'fedavg_het, fedacs'),  # unequal work
+    ('cse_fsl', 'cos2p__mu', 0.25, 'cos2p, vit_fedavg'),             # the clock
+    ('heterofl', 'hierarchy__num_cells', 3, 'hist, hfedavg'),        # cells
+    ('fedavg', 'hierarchy__edge_channel', 'aircomp', 'hist, hfedavg'),  # AirComp
+    ('fedacs', 'submodel__partial_average', 'mask', 'fiarse'),       # capacity
+])
+def test_a_section_the_method_does_not_read_is_refused(algorithm, key, value,
+                                                       readers):
+  section, name = key.split('__')
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(configured(algorithm, **{key: value}))
+  message = str(raised.value)
+  assert message.startswith(f'{section}.{name} = {value!r} is set, but '
+                            f'{algorithm} does not read the {section} section')
+  assert readers in message and '\n' not in message
+
+
+def test_the_same_values_are_read_by_their_methods():
+  for algorithm, key, value in [('fedacs', 'systems__q', (0.3,)),
+                                ('hist', 'hierarchy__num_cells', 3),
+                                ('cos2p', 'cos2p__mu', 0.25),
+                                ('fiarse', 'submodel__partial_average', 'mask')]:
+    config_lib.validate(configured(algorithm, **{key: value}))
+
+
+def test_natural_options_need_the_natural_partition():
+  config = configured('fedavg', natural__vocabulary='train')
+  with pytest.raises(ConfigError, match='only partition=natural reads'):
+    config_lib.validate(config)
+  config.partition = 'natural'
+  config.dataset = 'femnist'
+  config_lib.validate(config)
+
+
+def test_a_baselines_fixed_option_is_refused_not_overwritten():
+  """vit_fedavg is synchronous (μ = 1, T_clk = 0): a config asking for μ = 0.5
+  used to train at μ = 1 and say μ = 0.5 in config.json."""
+  with pytest.raises(ConfigError, match=r'vit_fedavg fixes cos2p.mu = 1.0, '
+                                        r'got 0.5; leave it unset'):
+    config_lib.validate(configured('vit_fedavg', cos2p__mu=0.5))
+  config_lib.validate(configured('vit_fedavg', cos2p__mu=1.0))
+
+
+def test_the_resolved_config_holds_what_the_baseline_trains_with():
+  config = configured('vit_fedrolex')
+  config.cos2p.personal_heads = True    # the default; the baseline fixes False
+  resolved = config_lib.resolve(config)
+  assert resolved.cos2p.personal_heads is False
+  assert resolved.cos2p.width_masks == 'rolling'
+  assert config.cos2p.personal_heads is True           # the caller's is a copy
+  assert config_lib.resolve(configured('cos2p')).cos2p.width_masks == \
+      config_lib.base_config().cos2p.width_masks        # Co-S²P fixes none
+
+
+def test_show_config_and_a_run_refuse_in_one_line(capsys, tmp_path):
+  for extra in (['--show-config'], [f'--workdir={tmp_path / "run"}']):
+    err = one_line_error(capsys, cli.main(QUICK + [
+        '--config.hierarchy.edge_channel=aircomp', *extra]))
+    assert ("hierarchy.edge_channel = 'aircomp' is set, but fedavg does not "
+            'read the hierarchy section') in err
+  assert not (tmp_path / 'run').exists()
