@@ -18,9 +18,10 @@ import math
 import ml_collections
 
 from fedjax_het.core.backends import BACKENDS
-from fedjax_het.options import (ConfigError, OptionGroup, check_like_defaults,
-                                in_range, is_bool, non_negative_int, option,
-                                positive, positive_int)
+from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
+                                check_like_defaults, in_range, is_bool,
+                                non_negative_int, option, positive,
+                                positive_int)
 
 __all__ = ['ConfigError', 'CoreOptions', 'base_config', 'describe',
            'format_config', 'validate']
@@ -213,23 +214,6 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return algorithms.algorithm_class(config.algorithm).fix_options(config)
 
 
-def _changed_key(section: ml_collections.ConfigDict,
-                 defaults: ml_collections.ConfigDict) -> str | None:
-  """The first key of `section` whose value is not its default (lists and
-  tuples alike), or None."""
-  for key, default in defaults.items():
-    value = section[key]
-    if isinstance(value, ml_collections.ConfigDict):
-      value = value.to_dict()
-    if isinstance(default, ml_collections.ConfigDict):
-      default = default.to_dict()
-    if isinstance(value, list):
-      value = tuple(value)
-    if value != default:
-      return key
-  return None
-
-
 def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
   """Refuses a value set in a section the run does not read: a method's
   section (`option_groups`) under another method, or `natural` without
@@ -240,7 +224,7 @@ def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
     if group in method.option_groups or (
         group.key == 'natural' and config.partition == 'natural'):
       continue
-    key = _changed_key(config[group.key], group.defaults())
+    key = changed_key(config[group.key], group.defaults())
     if key is None:
       continue
     value = config[group.key][key]

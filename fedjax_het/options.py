@@ -151,6 +151,27 @@ def check_like_defaults(section: str, values, defaults: dict) -> None:
         break
 
 
+def changed_key(section, defaults) -> str | None:
+  """The first key of a config section whose value is not its default in
+  `defaults` (lists and tuples alike), or None."""
+  for key, default in defaults.items():
+    value = section[key]
+    if isinstance(value, ml_collections.ConfigDict):
+      value = value.to_dict()
+    if isinstance(default, ml_collections.ConfigDict):
+      default = default.to_dict()
+    if _sequence(value) != _sequence(default):
+      return key
+  return None
+
+
+def _sequence(value):
+  """`value` with its lists as tuples, nested ones too."""
+  if isinstance(value, (list, tuple)):
+    return tuple(_sequence(v) for v in value)
+  return value
+
+
 # ---- groups -------------------------------------------------------------------
 def _coerce(default, value):
   """`value` in the default's type where that is lossless (list → tuple,

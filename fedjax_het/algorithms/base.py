@@ -6,7 +6,8 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
   without replacement, or K draws with replacement ∝ examples held).
 - `plan_clients(state, client_ids, keys)`: per-client arrays — steps, lr,
   weight, segment, mask (default: full model, config's steps and lr, weights by
-  `aggregation_weights`).
+  `aggregation_weights`; under the systems part, below, each client's steps
+  T_m and its weight times its link outcome Z_m).
 - `forward_params(params, plan, ctx)`: the parameters the client's forward
   pass sees at a local step (default: the params times the plan's mask, i.e.
   the submodel).
@@ -26,6 +27,18 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
   masked weighted mean of the deltas as the server optimiser's
   pseudo-gradient; the clients' returned state rows written back).
 
+The systems part (`config.systems`, `fedjax_het.systems.heterogeneity`): a
+method that lists `SystemsOptions` in its `option_groups` runs under lossy
+uplinks and unequal local work. Each round draws q_m, T_m and the link
+outcomes Z_m of all clients from the round key's `SYSTEMS_STREAM`
+(`round_systems`); the default plans give client m T_m local steps (the
+program freezes it after them) and weight w_m·Z_m, so a dropped update adds
+nothing to any segment sum, numerator or denominator, and its upload is not
+counted in `bytes_up`. With the section at its defaults (q = 0, every client
+`local_steps`) the part is off and the round is the same program as without
+it. The Markov model's link states are per-client state that only the
+FedACS family keeps; another method refuses it in one line.
+
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
 data (`FederatedData`) is passed to them as an argument on every call; the
@@ -38,6 +51,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from fedjax_het import evaluation
@@ -46,6 +60,12 @@ from fedjax_het.core import aggregation, client_state, program, sampling
 from fedjax_het.core.backends import Clients
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
+from fedjax_het.options import ConfigError, changed_key
+from fedjax_het.systems import heterogeneity
+
+# The stream of the systems part's draws (q, T, link outcomes) in the round
+# key: every method run under the same systems and seed sees the same draws.
+SYSTEMS_STREAM = 0x5e5
 
 PyTree = Any
 
@@ -117,6 +137,12 @@ class FederatedAlgorithm:
   # deltas are never stacked, the round's largest memory traffic. A method
   # that reads `outputs.delta` itself keeps False.
   sums_deltas_in_map = False
+  # Systems part (module docstring): whether the method draws the systems
+  # every round even with `config.systems` at its defaults (the FedACS
+  # family's sampling and calibration read q and T), and whether it keeps
+  # the Markov model's per-client link states.
+  always_draws_systems = False
+  keeps_link_states = False
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
@@ -148,11 +174,51 @@ class FederatedAlgorithm:
     self.cohort_size = int(config.clients_per_round)
     # Static facts of the data the client programs read (batch sampling).
     self.min_client_count = int(jnp.min(self.client_counts))
+    self.heterogeneity = self._systems_part(config, data)
+
+  def _systems_part(self, config: ml_collections.ConfigDict,
+                    data) -> heterogeneity.Heterogeneity | None:
+    """The systems model the method runs under, or None: the method does not
+    read `config.systems`, or the section is at its defaults (no failures,
+    equal work) and a method without its own use of it runs as without it."""
+    if heterogeneity.SystemsOptions not in self.option_groups:
+      return None
+    if not self.always_draws_systems and changed_key(
+        config.systems, heterogeneity.SystemsOptions.defaults()) is None:
+      return None
+    try:
+      model = heterogeneity.Heterogeneity.from_config(
+          config.systems, client_counts=np.asarray(data.counts),
+          batch_size=config.batch_size, default_work=config.local_steps,
+          seed=config.seed)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+    if model.model == 'markov' and not self.keeps_link_states:
+      raise ConfigError(
+          f"systems.model='markov' keeps each client's link state between "
+          f'rounds, which {self.name} does not carry; the FedACS family '
+          "does (fedacs, fedavg_het, ...), or use systems.model='static', "
+          "'dynamic' or 'trace'.")
+    return model
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
-    """Static length of the local-training scan."""
+    """Static length of the local-training scan: `local_steps`, or the most
+    steps the systems part can give a client."""
+    if self.heterogeneity is not None:
+      return self.heterogeneity.max_steps()
     return int(self.config.local_steps)
+
+  def round_systems(self, state: ServerState) -> heterogeneity.SystemsRound:
+    """q, T, steps and link outcomes of all clients in round `state.round`.
+
+    A pure function of the state (key, round, Markov link states), so the
+    plan and aggregation phases of a round see the same draws.
+    """
+    links = (state.clients['links'] if self.heterogeneity.model == 'markov'
+             else None)
+    return self.heterogeneity.draw(round_key(state, SYSTEMS_STREAM),
+                                   state.round, links)
 
   def server_optimizer(self) -> optax.GradientTransformation:
     momentum = self.config.server_momentum or None
@@ -230,15 +296,20 @@ class FederatedAlgorithm:
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
-    del state
     k = client_ids.shape[0]
-    return ClientPlan(
+    plan = ClientPlan(
         client_id=client_ids,
         key=keys,
         num_steps=jnp.full((k,), self.config.local_steps, jnp.int32),
         lr=jnp.full((k,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(client_ids),
         segment=jnp.zeros((k,), jnp.int32))
+    if self.heterogeneity is None:
+      return plan
+    rnd = self.round_systems(state)
+    return plan.replace(
+        num_steps=rnd.steps[client_ids],
+        weight=plan.weight * rnd.link_up[client_ids].astype(jnp.float32))
 
   def cohort_ids(self, state: ServerState) -> jax.Array:
     """The round's cohort, int32 [K]: `sample_clients` on the first half of

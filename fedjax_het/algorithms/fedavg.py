@@ -15,8 +15,11 @@ Every piece is the base class's shared mechanism: FedAvg is the method that
 changes nothing (it only declares that its deltas are needed as sums alone).
 """
 from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.systems import heterogeneity
 
 
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
+  # Runs under lossy uplinks and unequal work (the base class's systems part).
+  option_groups = (heterogeneity.SystemsOptions,)
   sums_deltas_in_map = True

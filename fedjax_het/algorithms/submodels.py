@@ -45,6 +45,7 @@ from fedjax_het import models
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
+from fedjax_het.systems import heterogeneity
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
 
@@ -130,7 +131,8 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   supports_capacities = True
   default_partial_average = 'mask'
   sums_deltas_in_map = True
-  option_groups = (SubmodelOptions,)
+  # Submodels, under lossy uplinks and unequal work (the systems part).
+  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
   straight_through = False

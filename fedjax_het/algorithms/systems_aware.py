@@ -68,16 +68,16 @@ from fedjax_het.algorithms.base import FederatedAlgorithm, \
     mean_over_active, payload_bytes
 from fedjax_het.core import aggregation, program, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
-    StepContext, round_key
+    StepContext
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
 from fedjax_het.systems import heterogeneity, local_work
 
 PyTree = Any
 PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
-# Streams folded into the round key (fold_in(seed key, round)) for draws
-# beyond the base class's sampling and client keys.
-SYSTEMS_STREAM = 0x5e5
+# A stream folded into the round key (fold_in(seed key, round)) for draws
+# beyond the base class's sampling, client keys and systems part
+# (`base.SYSTEMS_STREAM`).
 SELECTION_STREAM = 0x5e1
 # Fixed-point iterations of the calibrated lr under a proximal solver; each
 # changes η by a factor ~η·μ·S/2 of the previous change (≪ 1 in the paper's
@@ -148,15 +148,15 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   # Whether the method divides by the upload success probability 1 − q.
   divides_by_success = False
 
+  # Its sampling, weights and calibration read q and T every round.
+  always_draws_systems = True
+  keeps_link_states = True
+
   def __init__(self, config: ml_collections.ConfigDict, model, data):
-    counts = np.asarray(data.counts)
-    num_clients = counts.shape[0]
-    self.heterogeneity = heterogeneity.Heterogeneity.from_config(
-        config.systems, client_counts=counts, batch_size=config.batch_size,
-        default_work=config.local_steps, seed=config.seed)
     self.options = FedAcsOptions.from_config(config)
+    super().__init__(config, model, data)   # the systems part: heterogeneity
     self._check_options(config)
-    super().__init__(config, model, data)
+    num_clients = self.num_clients
     self.full_participation = self.options.participation == 'full'
     # K of rule (3): the number of draws (all M clients with full participation).
     self.num_draws = num_clients if self.full_participation else int(
@@ -191,9 +191,6 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
             f'so every client needs q < 1, but client {m} can have q = 1.')
 
   # ---- systems -------------------------------------------------------------
-  def max_local_steps(self) -> int:
-    return self.heterogeneity.max_steps()
-
   def init_clients(self, params: PyTree) -> PyTree:
     del params
     links = self.heterogeneity.init_link_state()
@@ -203,17 +200,6 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
                            plans: ClientPlan) -> PyTree:
     del state, plans
     return None
-
-  def round_systems(self, state: ServerState) -> heterogeneity.SystemsRound:
-    """q, T, steps and link outcomes of all clients in round `state.round`.
-
-    A pure function of the state (key, round, Markov link states), so the
-    plan and aggregation phases of a round see the same draws.
-    """
-    links = state.clients['links'] if self.heterogeneity.model == 'markov' \
-        else None
-    return self.heterogeneity.draw(round_key(state, SYSTEMS_STREAM),
-                                   state.round, links)
 
   def work_norms(self, rnd: heterogeneity.SystemsRound,
                  lr: jax.Array | float | None = None) -> jax.Array:

@@ -49,7 +49,8 @@ MODELS = ('static', 'dynamic', 'markov', 'trace')
 @dataclasses.dataclass(frozen=True)
 class SystemsOptions(OptionGroup):
   """`config.systems`: every round each client m has an upload failure
-  probability q_m and local work T_m (read by the FedACS family); checked
+  probability q_m and local work T_m (read by FedAvg, the submodel and FedACS
+  families: the systems part of `algorithms.base`); checked
   against the clients by `Heterogeneity.from_config`."""
   key = 'systems'
   model: str = option('static', 'how q and T evolve: static | dynamic | markov | trace', choices=MODELS)
