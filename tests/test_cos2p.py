@@ -25,6 +25,13 @@ def build(config):
   return algorithm, state, split.train.to_device()
 
 
+def committed(state):
+  """`state` committed to the device, as a restored checkpoint is: a runner
+  compiles one program for runs from either (uncommitted and committed
+  arguments are two signatures)."""
+  return jax.device_put(state, jax.devices()[0])
+
+
 def test_reduces_to_fedavg():
   """Budgets 1, λ2 = 0, no masks, μ = 1, T_clk = 0 and uniform weights over
   holders: FedAvg's parameters (to 1e-5)."""
@@ -70,27 +77,29 @@ def test_staleness_weights_match_a_hand_computation():
   config = cos2p_config(client_seconds=(1.0, 1.0, 2.5, 1.0), mu=0.5)
   algorithm, state, data = build(config)
   rng = np.random.default_rng(0)
-  noisy = lambda t: jax.tree.map(lambda p: p + jnp.asarray(
-      rng.normal(size=p.shape), p.dtype), t)
+  noisy = lambda t: jax.tree.map(lambda p: np.asarray(p) + rng.normal(
+      size=p.shape).astype(p.dtype), t)
   params = noisy(state.params)
   past = noisy(state.params)                  # w_{q−1}; w_{q−2} = w_{q−1} + ½
   # Clients 0..3 were dispatched with w_q, w_{q−1}, w_{q−2}, w_q (τ = 0, 1, 2).
-  start = jax.tree.map(lambda p, h: jnp.stack([p, h, h + 0.5, p]), params,
-                       past)
+  start = jax.tree.map(lambda p, h: np.stack([p, h, h + np.float32(0.5), p]),
+                       params, past)
   state = state.replace(params=params, extras={'start': start})
-  inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
-                        algorithm.round_inputs(2, 1))
-  plans = algorithm.plan_round(state, data, inputs)
-  plans = plans.replace(active=jnp.array([True, True, True, False]))
-  units = {k: jnp.asarray(rng.integers(0, 2, (4,) + s), jnp.float32)
+  active = np.array([True, True, True, False])
+  units = {k: rng.integers(0, 2, (4,) + s).astype(np.float32)
            for k, s in algorithm.model.unit_shapes().items()}
-  delta = noisy(jax.tree.map(jnp.zeros_like, jax.tree.map(
-      lambda p: jnp.broadcast_to(p, (4,) + p.shape), state.params)))
-  update = algorithm.staleness_weighted(state, plans, delta, units,
-                                        plans.active)
-  table = jax.tree.map(np.asarray, algorithm.start_models(state, plans))
-  params = jax.tree.map(np.asarray, state.params)
-  delta, update = jax.tree.map(np.asarray, (delta, update))
+  delta = noisy(jax.tree.map(lambda p: np.zeros((4,) + p.shape, p.dtype),
+                             params))
+  inputs = jax.tree.map(lambda x: x[0], algorithm.round_inputs(2, 1))
+
+  @jax.jit   # one program: op by op, every small op would compile on its own
+  def weighted(state, data, inputs, delta, units):
+    plans = algorithm.plan_round(state, data, inputs).replace(active=active)
+    return (algorithm.staleness_weighted(state, plans, delta, units,
+                                         plans.active),
+            algorithm.start_models(state, plans))
+
+  update, table = jax.device_get(weighted(state, data, inputs, delta, units))
   for kind, leaves, axes in (
       ('fc1', ('blocks_fc1_kernel', 'blocks_fc1_bias'), (2, 1)),
       ('heads', ('blocks_qkv_kernel', 'blocks_qkv_bias'), (3, 2))):
@@ -102,7 +111,7 @@ def test_staleness_weights_match_a_hand_computation():
               axis=axis - 1).ravel() for name, axis in zip(leaves, axes)])
         gammas = []
         for k in range(4):
-          holds = units[kind][k, layer, unit] and plans.active[k]
+          holds = units[kind][k, layer, unit] and active[k]
           drift = np.abs(entries(params) - entries(
               jax.tree.map(lambda t: t[k], table))).sum()
           size = entries(params).size
@@ -140,7 +149,7 @@ def test_semi_async_rounds_resume_exactly_and_backends_agree(tmp_path):
   algorithm, state, data = build(config)
   assert algorithm.schedule.dispatch_round[2, 1] < 2   # in flight at round 2
   runner = RoundRunner(algorithm, 'map')
-  state, _ = runner.run(state, data, 2)
+  state, _ = runner.run(committed(state), data, 2)
   restored, _ = checkpoint_round_trip(str(tmp_path), 2, state, state)
   full, _ = runner.run(state, data, 2)
   resumed, _ = runner.run(restored, data, 2)
@@ -235,6 +244,7 @@ def test_clock_charges_the_realised_masks(tmp_path):
                         device_types=('agx64',), mask_rounds=1)
   config.rounds = 3
   algorithm, state, data = build(config)
+  state = committed(state)
   runner = RoundRunner(algorithm, 'map')
   masks_before, uploaded = [], []
   for q in range(3):

@@ -14,9 +14,9 @@ from fedjax_het.core.rounds import RoundRunner
 KINDS = ('heads', 'proj', 'fc1', 'fc2')
 
 
-def prunefl_config(num_clients=2, **options):
+def prunefl_config(num_clients=2, batch_size=128, **options):
   config = tiny_vit_config(num_clients, algorithm='vit_fedavg',
-                           batch_size=128, rounds=4,
+                           batch_size=batch_size, rounds=4,
                            aggregation_weights='uniform')
   config.prunefl.update(options)
   return config
@@ -147,7 +147,9 @@ def test_reconfiguration_happens_exactly_every_interval():
 
 def test_reduces_to_fedavg_without_pruning():
   """Budgets 1, no initial or adaptive pruning: vit_fedavg's params."""
-  config = prunefl_config(reconfig_every=0)
+  # tiny_vit_config's clients and batches: the FedAvg reference is the
+  # program of the other ViT methods' (test_qvit, test_platon, test_adavit).
+  config = prunefl_config(num_clients=4, batch_size=64, reconfig_every=0)
   algorithm, state, data = build(config)
   state, _ = RoundRunner(algorithm, 'map').run(state, data, 2)
   fedavg, fedavg_state, _ = build(config, cls=None)
