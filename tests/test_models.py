@@ -94,7 +94,8 @@ def _random_params(shapes, seed=0):
 
 
 def _batch(shape, n=3, seed=1):
-  return jax.random.normal(jax.random.key(seed), (n, *shape))
+  """Standard normal inputs, drawn in numpy (jax.random.normal compiles a program per shape)."""
+  return np.random.default_rng(seed).standard_normal((n, *shape)).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- shapes, counts
@@ -221,7 +222,7 @@ def test_static_bn_normalises_each_channel_over_batch(n, hw, c, scale, shift, se
 
 
 def test_static_bn_uses_current_batch_statistics_at_evaluation():
-  x = np.asarray(_batch((4, 4, 3), n=5))
+  x = _batch((4, 4, 3), n=5)
   params = _static_bn_init(jax.random.key(0), x)
   y = np.asarray(_static_bn_apply(params, x))
   # Batch statistics make the output invariant to a per-channel affine change of the batch ...
@@ -413,7 +414,7 @@ def test_create_model_stores_lists_as_tuples():
     (3, 1, 'VALID', 10), (3, 1, 'SAME', 9), (5, 1, 'SAME', 8), (3, 2, 1, 9),
     (1, 2, 0, 8), (3, 2, 'SAME', 8), (5, 1, 'VALID', 7)])
 def test_im2col_conv_equals_xla_conv_values_and_gradients(kernel_size, strides, padding, hw):
-  x = jax.random.normal(jax.random.PRNGKey(0), (2, hw, hw, 3))
+  x = _batch((hw, hw, 3), n=2, seed=0)
 
   def build(impl):
     class OneConv(nn.Module):
@@ -443,7 +444,7 @@ def test_im2col_conv_equals_xla_conv_values_and_gradients(kernel_size, strides, 
     ('simple_cnn', {}, (32, 32, 3)), ('lenet5', {}, (28, 28, 1)),
     ('resnet18', {'width': 0.125, 'norm': 'group'}, (16, 16, 3))])
 def test_models_give_the_same_logits_with_either_conv_impl(name, options, shape):
-  x = jax.random.normal(jax.random.PRNGKey(0), (3, *shape))
+  x = _batch(shape, seed=0)
   xla = create_model(name, 10, conv_impl='xla', **options)
   im2col = create_model(name, 10, conv_impl='im2col', **options)
   params = _random_params(parameter_shapes(xla, shape))
