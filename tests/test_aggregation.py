@@ -10,6 +10,12 @@ from hypothesis import given, settings, strategies as st
 from fedjax_het.core import aggregation
 
 SETTINGS = settings(max_examples=15, deadline=None)
+# The identities below run compiled, one program per shape of the inputs (op by
+# op, each op of every new shape would compile on its own); the eager path is
+# `test_jit_and_eager_agree`'s.
+masked_mean = jax.jit(aggregation.masked_mean)
+masked_segment_mean = jax.jit(aggregation.masked_segment_mean,
+                              static_argnums=3)
 
 
 def _values(draw, clients):
@@ -36,10 +42,10 @@ def test_full_masks_give_the_weighted_mean(cohort):
   expected = jax.tree.map(
       lambda v: np.tensordot(weights, v, axes=1) / weights.sum(), values)
   chex.assert_trees_all_close(
-      aggregation.masked_mean(values, jnp.asarray(weights)), expected,
+      masked_mean(values, jnp.asarray(weights)), expected,
       rtol=1e-5, atol=1e-5)
   chex.assert_trees_all_close(
-      aggregation.masked_mean(values, jnp.asarray(weights), ones), expected,
+      masked_mean(values, jnp.asarray(weights), ones), expected,
       rtol=1e-5, atol=1e-5)
 
 
@@ -55,7 +61,7 @@ def test_disjoint_masks_reassemble_the_pieces(cohort, seed):
                 ).astype(np.float32), owner)
   expected = jax.tree.map(lambda v, m: (v * m).sum(0), values, masks)
   chex.assert_trees_all_close(
-      aggregation.masked_mean(values, jnp.asarray(weights), masks), expected,
+      masked_mean(values, jnp.asarray(weights), masks), expected,
       rtol=1e-5, atol=1e-5)
 
 
@@ -71,7 +77,7 @@ def test_partial_average_is_per_coordinate(cohort, seed):
   den = jax.tree.map(lambda v, m: (w(v) * m).sum(0), values, masks)
   expected = jax.tree.map(
       lambda n, d: np.where(d > 0, n / np.where(d > 0, d, 1), 0), num, den)
-  got = aggregation.masked_mean(values, jnp.asarray(weights), masks)
+  got = masked_mean(values, jnp.asarray(weights), masks)
   chex.assert_trees_all_close(got, expected, rtol=1e-5, atol=1e-5)
   # Coordinates no client covers get exactly zero.
   jax.tree.map(lambda g, d: np.testing.assert_array_equal(
@@ -86,14 +92,15 @@ def test_segment_mean_equals_a_loop_over_segments(cohort, segments, seed):
   ids = rng.integers(0, segments, weights.shape[0])
   masks = jax.tree.map(lambda v: rng.integers(0, 2, v.shape).astype(np.float32),
                        values)
-  mean, coverage = aggregation.masked_segment_mean(
-      values, jnp.asarray(weights), jnp.asarray(ids), segments, masks)
+  # In numpy: indexed below, a jax array would compile every index.
+  mean, coverage = jax.tree.map(np.asarray, masked_segment_mean(
+      values, jnp.asarray(weights), jnp.asarray(ids), segments, masks))
   for s in range(segments):
     members = ids == s
     if not members.any():
       jax.tree.map(lambda m: np.testing.assert_array_equal(m[s], 0), mean)
       continue
-    expected = aggregation.masked_mean(
+    expected = masked_mean(
         jax.tree.map(lambda v: v[members], values), jnp.asarray(weights[members]),
         jax.tree.map(lambda m: m[members], masks))
     chex.assert_trees_all_close(jax.tree.map(lambda m: m[s], mean), expected,

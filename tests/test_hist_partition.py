@@ -8,16 +8,19 @@ from fedjax_het import models
 from fedjax_het.submodel import disjoint, disjoint_partition
 
 
+# Params and counts are numpy arrays: op by op, jax arrays would compile every
+# op on its own.
 def params_of(name, input_shape, **options):
   """(model, zero params): partitions read only the structure and shapes."""
   model = models.create_model(name, 10, **options)
   shapes = models.parameter_shapes(model, input_shape)
-  return model, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  return model, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
 
 
 def coverage(masks):
   """How many masks hold each parameter."""
-  return jax.tree.map(lambda *m: sum(x.astype(np.int32) for x in m), *masks)
+  return jax.tree.map(lambda *m: sum(np.asarray(x, np.int32) for x in m),
+                      *masks)
 
 
 def test_fcnn_partition_is_disjoint_covers_every_neuron_and_shares_the_bias():
@@ -30,7 +33,8 @@ def test_fcnn_partition_is_disjoint_covers_every_neuron_and_shares_the_bias():
     np.testing.assert_array_equal(leaf, 1)  # exactly one owner
   np.testing.assert_array_equal(count['head']['bias'], 4)  # shared
   # Uniform: 75 neurons per cell, each with 784 + 1 + 10 parameters.
-  sizes = [sum(int(m.sum()) for m in jax.tree.leaves(mask)) for mask in masks]
+  sizes = [sum(int(np.asarray(m).sum()) for m in jax.tree.leaves(mask))
+           for mask in masks]
   assert sizes == [75 * 795 + 10] * 4
   # A neuron's incoming column, bias and outgoing row go together.
   for mask in masks:
@@ -72,15 +76,20 @@ def test_deep_stacks_partition_every_second_hidden_layer():
 def test_masked_model_is_the_network_of_the_cells_neurons():
   """p_j ⊙ x computes exactly the smaller network on cell j's neurons."""
   model = models.create_model('mlp', 10, hidden=(16,))
-  params = models.init_params(model, jax.random.PRNGKey(0), (8, 8, 1))
-  mask = disjoint_partition(jax.random.PRNGKey(4), params, 3)[1]
-  x = jax.random.normal(jax.random.PRNGKey(5), (7, 8, 8, 1))
+  rng = np.random.default_rng(0)  # any values: no init to compile
+  params = jax.tree.map(
+      lambda s: rng.standard_normal(s.shape).astype(np.float32),
+      models.parameter_shapes(model, (8, 8, 1)))
+  mask = jax.tree.map(np.asarray,
+                      disjoint_partition(jax.random.PRNGKey(4), params, 3)[1])
+  x = rng.standard_normal((7, 8, 8, 1)).astype(np.float32)
   masked = jax.tree.map(lambda p, m: p * m, params, mask)
+  # The small network in numpy; the masked model's forward as one program.
   keep = np.flatnonzero(mask['fc1']['bias'])
-  hidden = jax.nn.relu(x.reshape(7, -1) @ params['fc1']['kernel'][:, keep] +
-                       params['fc1']['bias'][keep])
+  hidden = np.maximum(x.reshape(7, -1) @ params['fc1']['kernel'][:, keep] +
+                      params['fc1']['bias'][keep], 0)
   small = hidden @ params['head']['kernel'][keep] + params['head']['bias']
-  np.testing.assert_allclose(model.apply({'params': masked}, x), small,
+  np.testing.assert_allclose(jax.jit(model.apply)({'params': masked}, x), small,
                              rtol=1e-5, atol=1e-6)
 
 

@@ -20,6 +20,7 @@ from fedjax_het.models import (
     create_model,
     init_params,
     maskable_leaves,
+    parameter_shapes,
     torch_bias_init,
 )
 
@@ -38,7 +39,7 @@ CONFIGS = (
     ('resnet18', (('width', 0.25), ('norm', 'group'))),
     ('resnet18', (('width', 0.25), ('norm', 'none'))),
 )
-# The subset whose parameters are materialised (eager init is the slow part of this suite).
+# The subset whose parameters are materialised (compiling an init is the slow part of this suite).
 NUMERIC_CONFIGS = tuple(CONFIGS[i] for i in (0, 2, 6, 7, 8))
 
 
@@ -53,7 +54,7 @@ def _apply(model, params, x, train=False):
 
 @functools.lru_cache(maxsize=None)
 def _model_and_params(name, options, shape=(32, 32, 3), num_classes=10, seed=0):
-  # Eager init: on XLA:CPU, jit-compiling the init's threefry RNG costs seconds per model.
+  # One init per model: on XLA:CPU, compiling an init's threefry RNG costs seconds per model.
   model = create_model(name, num_classes, **dict(options))
   return model, init_params(model, jax.random.key(seed), shape)
 
@@ -82,8 +83,19 @@ def _layer_leaves(params):
   return out
 
 
+def _random_params(shapes, seed=0):
+  """N(0, 1/fan_in) values for a tree of shapes (fan_in: the product of all axes but the last),
+  drawn in numpy: parameters for identities that hold for any values, with no init to compile
+  (compiling a model's random init takes seconds)."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda s: (rng.standard_normal(s.shape) / math.sqrt(math.prod(s.shape[:-1]))).astype(
+          np.float32), shapes)
+
+
 def _batch(shape, n=3, seed=1):
-  return jax.random.normal(jax.random.key(seed), (n, *shape))
+  """Standard normal inputs, drawn in numpy (jax.random.normal compiles a program per shape)."""
+  return np.random.default_rng(seed).standard_normal((n, *shape)).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- shapes, counts
@@ -180,7 +192,8 @@ def test_init_is_deterministic_given_key():
 
 def test_init_params_returns_plain_params_dict():
   model, params = _model_and_params('simple_cnn', (('norm', 'static_bn'),))
-  variables = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+  # Compiled, as init_params compiles it (op by op, every op would compile on its own).
+  variables = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
   assert set(variables) == {'params'}  # No batch_stats or other mutable collections.
   assert type(params) is dict and 'params' not in params
   chex.assert_trees_all_equal(params, variables['params'])
@@ -189,29 +202,33 @@ def test_init_params_returns_plain_params_dict():
 # ----------------------------------------------------------------------------- norms
 
 
+# StaticBatchNorm's init and apply, compiled once per input shape (op by op, every op would
+# compile on its own).
+_static_bn_init = jax.jit(StaticBatchNorm().init)
+_static_bn_apply = jax.jit(StaticBatchNorm().apply)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     n=st.sampled_from((2, 5)), hw=st.sampled_from((1, 3)), c=st.just(3),
     scale=st.floats(0.1, 100.0), shift=st.floats(-50.0, 50.0), seed=st.integers(0, 2**31 - 1))
 def test_static_bn_normalises_each_channel_over_batch(n, hw, c, scale, shift, seed):
   x = np.random.default_rng(seed).normal(shift, scale, (n, hw, hw, c)).astype(np.float32)
-  bn = StaticBatchNorm()
-  params = bn.init(jax.random.key(0), x)
-  y = np.asarray(bn.apply(params, x), np.float64)
+  params = _static_bn_init(jax.random.key(0), x)
+  y = np.asarray(_static_bn_apply(params, x), np.float64)
   var_x = x.astype(np.float64).var(axis=(0, 1, 2))
   np.testing.assert_allclose(y.mean(axis=(0, 1, 2)), 0.0, atol=1e-3)
   np.testing.assert_allclose(y.var(axis=(0, 1, 2)), var_x / (var_x + 1e-5), rtol=1e-3)
 
 
 def test_static_bn_uses_current_batch_statistics_at_evaluation():
-  bn = StaticBatchNorm()
   x = _batch((4, 4, 3), n=5)
-  params = bn.init(jax.random.key(0), x)
-  y = bn.apply(params, x)
+  params = _static_bn_init(jax.random.key(0), x)
+  y = np.asarray(_static_bn_apply(params, x))
   # Batch statistics make the output invariant to a per-channel affine change of the batch ...
-  chex.assert_trees_all_close(bn.apply(params, 3.0 * x + 2.0), y, atol=1e-4)
+  chex.assert_trees_all_close(_static_bn_apply(params, 3.0 * x + 2.0), y, atol=1e-4)
   # ... and a sample's output depends on the rest of its batch.
-  other = bn.apply(params, x.at[1:].set(5.0 * x[1:] - 1.0))
+  other = np.asarray(_static_bn_apply(params, np.concatenate([x[:1], 5.0 * x[1:] - 1.0])))
   assert not np.allclose(other[0], y[0], atol=1e-3)
 
 
@@ -291,7 +308,7 @@ def test_maskable_leaves_recognises_flax_auto_named_norms():
     def __call__(self, x):
       return nn.Dense(4)(nn.LayerNorm()(x))
 
-  params = Tiny().init(jax.random.key(0), jnp.ones((1, 3)))['params']
+  params = jax.jit(Tiny().init)(jax.random.key(0), jnp.ones((1, 3)))['params']
   assert maskable_leaves(params) == {
       'LayerNorm_0': {'scale': False, 'bias': False},
       'Dense_0': {'kernel': True, 'bias': True},
@@ -397,7 +414,7 @@ def test_create_model_stores_lists_as_tuples():
     (3, 1, 'VALID', 10), (3, 1, 'SAME', 9), (5, 1, 'SAME', 8), (3, 2, 1, 9),
     (1, 2, 0, 8), (3, 2, 'SAME', 8), (5, 1, 'VALID', 7)])
 def test_im2col_conv_equals_xla_conv_values_and_gradients(kernel_size, strides, padding, hw):
-  x = jax.random.normal(jax.random.PRNGKey(0), (2, hw, hw, 3))
+  x = _batch((hw, hw, 3), n=2, seed=0)
 
   def build(impl):
     class OneConv(nn.Module):
@@ -407,27 +424,34 @@ def test_im2col_conv_equals_xla_conv_values_and_gradients(kernel_size, strides, 
     return OneConv()
 
   xla, im2col = build('xla'), build('im2col')
-  params = xla.init(jax.random.PRNGKey(1), x)
-  chex.assert_trees_all_equal_shapes(params, im2col.init(jax.random.PRNGKey(1), x))
+  params = _random_params(jax.eval_shape(xla.init, jax.random.PRNGKey(1), x))
+  chex.assert_trees_all_equal_shapes(params, jax.eval_shape(im2col.init, jax.random.PRNGKey(1), x))
 
   def loss(model):
     return lambda p, x: jnp.sum(jnp.sin(model.apply(p, x)))
 
-  chex.assert_trees_all_close(im2col.apply(params, x), xla.apply(params, x), atol=1e-5)
-  grads = [jax.grad(loss(m), argnums=(0, 1))(params, x) for m in (xla, im2col)]
-  chex.assert_trees_all_close(grads[1], grads[0], atol=1e-4, rtol=1e-4)
+  @jax.jit  # one program (op by op, every op would compile on its own)
+  def outputs_and_grads(params, x):
+    return [(m.apply(params, x), jax.grad(loss(m), argnums=(0, 1))(params, x))
+            for m in (xla, im2col)]
+
+  (xla_out, xla_grads), (im2col_out, im2col_grads) = outputs_and_grads(params, x)
+  chex.assert_trees_all_close(im2col_out, xla_out, atol=1e-5)
+  chex.assert_trees_all_close(im2col_grads, xla_grads, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize('name, options, shape', [
     ('simple_cnn', {}, (32, 32, 3)), ('lenet5', {}, (28, 28, 1)),
     ('resnet18', {'width': 0.125, 'norm': 'group'}, (16, 16, 3))])
 def test_models_give_the_same_logits_with_either_conv_impl(name, options, shape):
-  x = jax.random.normal(jax.random.PRNGKey(0), (3, *shape))
+  x = _batch(shape, seed=0)
   xla = create_model(name, 10, conv_impl='xla', **options)
   im2col = create_model(name, 10, conv_impl='im2col', **options)
-  params = init_params(xla, jax.random.PRNGKey(1), shape)
-  chex.assert_trees_all_close(im2col.apply({'params': params}, x),
-                              xla.apply({'params': params}, x), atol=1e-4)
+  params = _random_params(parameter_shapes(xla, shape))
+  # Both forwards as one program (op by op, a ResNet's many small ops would each compile).
+  im2col_out, xla_out = jax.jit(lambda v, x: (im2col.apply(v, x), xla.apply(v, x)))(
+      {'params': params}, x)
+  chex.assert_trees_all_close(im2col_out, xla_out, atol=1e-4)
   with pytest.raises(ValueError, match='conv_impl'):
     create_model(name, 10, conv_impl='fft', **options).apply({'params': params}, x)
 

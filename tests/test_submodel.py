@@ -26,6 +26,14 @@ def eq3_gradient(w, theta, upstream):
 finite = st.floats(-3, 3, allow_nan=False, allow_subnormal=False, width=32)
 
 
+@jax.jit
+def tcb_vjp(w, theta, upstream):
+  """(tcb_mask(w, θ), ∂w, ∂θ) of `upstream`: one program per shape (op by op,
+  every example's new shape would compile each op on its own)."""
+  out, vjp = jax.vjp(tcb_mask, w, theta)
+  return (out, *vjp(upstream))
+
+
 @settings(max_examples=60, deadline=None)
 @given(hnp.arrays(np.float32, st.integers(1, 12), elements=finite),
        st.floats(0, 2, width=32, allow_subnormal=False), st.integers(0, 2**16))
@@ -33,8 +41,7 @@ def test_tcb_vjp_is_eq3_and_theta_gets_nothing(w, theta, seed):
   upstream = np.random.default_rng(seed).normal(size=w.shape).astype(np.float32)
   w = w.copy()
   w[0] = theta  # a parameter exactly at the threshold is kept (≥)
-  out, vjp = jax.vjp(tcb_mask, jnp.asarray(w), jnp.float32(theta))
-  grad_w, grad_theta = vjp(jnp.asarray(upstream))
+  out, grad_w, grad_theta = tcb_vjp(w, np.float32(theta), upstream)
   np.testing.assert_array_equal(out, np.where(np.abs(w) >= theta, w, 0))
   np.testing.assert_allclose(grad_w, eq3_gradient(w, theta, upstream),
                              rtol=1e-6, atol=1e-7)
@@ -57,7 +64,7 @@ def test_tcb_second_derivative_is_the_derivative_of_the_factor():
   w = jnp.asarray([0.7, -1.3, 2.0, 0.1, -0.05])
   theta, c = 0.5, jnp.asarray([1.0, 2.0, -1.0, 3.0, 1.0])
   first = lambda w: jax.grad(lambda v: jnp.sum(c * tcb_mask(v, theta)))(w)
-  second = jax.grad(lambda w: jnp.sum(first(w)))(w)
+  second = jax.jit(jax.grad(lambda w: jnp.sum(first(w))))(w)  # one program
   a = np.abs(np.asarray(w))
   expected = np.where(a > theta, np.asarray(c) * np.sign(w) * 2 * theta *
                       (theta - a) / (a + theta)**3, 0.0)
@@ -78,9 +85,19 @@ def test_tcb_works_under_jit_and_vmap_in_any_dtype(dtype):
 
 
 # ---- magnitude thresholds -------------------------------------------------------
+def random_params(model, input_shape, seed=0):
+  """Params of `model` with standard normal leaves, drawn in numpy: what is
+  tested here holds for any values, and compiling a ResNet's init takes
+  seconds."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda s: rng.standard_normal(s.shape).astype(np.float32),
+      models.parameter_shapes(model, input_shape))
+
+
 def mlp_params(hidden=(30, 20), seed=0):
-  model = models.create_model('mlp', 5, hidden=hidden)
-  return models.init_params(model, jax.random.PRNGKey(seed), (4, 4, 1))
+  return random_params(models.create_model('mlp', 5, hidden=hidden), (4, 4, 1),
+                       seed)
 
 
 @settings(max_examples=25, deadline=None)
@@ -109,10 +126,11 @@ def test_masks_hold_floor_gamma_d_and_nest(gammas, granularity):
 
 def test_full_capacity_has_threshold_zero_and_norms_are_never_masked():
   model = models.create_model('simple_cnn', 3, norm='static_bn')
-  params = models.init_params(model, jax.random.PRNGKey(0), (8, 8, 1))
+  params = random_params(model, (8, 8, 1))
   thresholds = magnitude.MagnitudeThresholds(params,
                                              models.maskable_leaves(params))
-  theta = thresholds(params, (0.05, 1.0))
+  theta = jax.tree.map(np.asarray, jax.jit(  # one program, read in numpy
+      lambda p: thresholds(p, (0.05, 1.0)))(params))
   for path, t in jax.tree_util.tree_leaves_with_path(theta):
     names = jax.tree_util.keystr(path)
     assert t[1] == 0
@@ -149,6 +167,23 @@ def test_shard_thresholds_need_prefixes_that_match():
 
 
 # ---- width windows (HeteroFL, FedRolex) -----------------------------------------
+def layout_of(model, input_shape):
+  """`width.channel_layout`, traced abstractly: it reads only the shapes of
+  the parameters, and its `model.init`, run op by op, would compile every op
+  on its own."""
+  layout = []
+  jax.eval_shape(lambda: layout.append(width.channel_layout(model,
+                                                            input_shape)))
+  return layout[0]
+
+
+def jitted_width_mask(layout, rate, round_index=0):
+  """`width.width_mask` as one program (numpy leaves); `rate` and
+  `round_index` stay Python numbers."""
+  return jax.tree.map(np.asarray, jax.jit(
+      lambda: width.width_mask(layout, rate, round_index))())
+
+
 def paper_window(channels, rate, round_index):
   """FedRolex's index rule roll(arange(C), t)[:⌈rC⌉]; t = 0 is HeteroFL's."""
   k = math.ceil(rate * channels - 1e-9)
@@ -161,8 +196,7 @@ def paper_window(channels, rate, round_index):
                                               (0.25, 37), (1.0, 5)])
 def test_width_masks_follow_the_papers_index_rules(rate, round_index):
   model = models.create_model('lenet5', 10)
-  layout = width.channel_layout(model, (8, 8, 1))
-  mask = width.width_mask(layout, rate, round_index)
+  mask = jitted_width_mask(layout_of(model, (8, 8, 1)), rate, round_index)
   conv2 = np.asarray(mask['conv2']['kernel'])  # [5, 5, 6, 16]
   expected = np.outer(paper_window(6, rate, round_index),
                       paper_window(16, rate, round_index))
@@ -187,32 +221,35 @@ def test_masked_full_model_computes_the_sliced_model(name, options, narrow,
   """A width-½ mask on the full model = the half-width network, exactly."""
   full = models.create_model(name, 5, **options)
   small = models.create_model(name, 5, **narrow)
-  params = models.init_params(full, jax.random.PRNGKey(0), shape)
-  layout = width.channel_layout(full, shape)
-  mask = width.width_mask(layout, 0.5)
+  params = random_params(full, shape)
+  mask = jitted_width_mask(layout_of(full, shape), 0.5)
   sliced = jax.tree.map(
       lambda p, m: np.asarray(p)[np.ix_(*[np.flatnonzero(m.any(
           axis=tuple(j for j in range(m.ndim) if j != i)))
           for i in range(m.ndim)])],
-      params, jax.tree.map(np.asarray, mask))
+      params, mask)
   x = jax.random.normal(jax.random.PRNGKey(1), (6, *shape))
   # Each forward is one compiled program (op by op, a ResNet's many small
   # ops would each compile on their own).
-  masked_out = jax.jit(full.apply)({'params': jax.tree.map(
-      lambda p, m: p * m, params, mask)}, x)
+  masked_out = jax.jit(lambda p, m, x: full.apply({'params': jax.tree.map(
+      lambda p, m: p * m, p, m)}, x))(params, mask, x)
   small_out = jax.jit(small.apply)({'params': sliced}, x)
   np.testing.assert_allclose(masked_out, small_out, rtol=1e-5, atol=1e-5)
 
 
 def test_width_rules():
-  layout = width.channel_layout(models.create_model('mlp', 10, hidden=(50,)),
-                                (8, 8, 1))
+  layout = layout_of(models.create_model('mlp', 10, hidden=(50,)), (8, 8, 1))
   assert width.width_for_capacity(layout, 0.25) == 0.5
   r = width.width_for_capacity(layout, 0.25, 'params')
   assert width.kept_fraction(layout, r) <= 0.25 < width.kept_fraction(
       layout, r + 0.02)
   with pytest.raises(ValueError, match='width rule'):
     width.width_for_capacity(layout, 0.5, 'cubic')
+
+
+# One program per shape of the arrays and of the ks (op by op, the search's
+# loop compiles anew on every call).
+kth_largest_magnitude = jax.jit(magnitude.kth_largest_magnitude)
 
 
 @settings(max_examples=40, deadline=None)
@@ -223,6 +260,6 @@ def test_width_rules():
 def test_kth_largest_magnitude_equals_sorting_even_with_ties(x, data):
   ks = data.draw(st.lists(st.integers(1, x.size), min_size=1, max_size=4))
   split = data.draw(st.integers(0, x.size))
-  got = magnitude.kth_largest_magnitude([x[:split], x[split:]], ks)
+  got = kth_largest_magnitude([x[:split], x[split:]], np.asarray(ks))
   expected = [np.sort(np.abs(x))[::-1][k - 1] for k in ks]
   np.testing.assert_array_equal(got, expected)

@@ -23,6 +23,13 @@ def _tree(seed=0):
           for k, s in SPECS.items()}
 
 
+def _broadcast(values):
+  """`units.unit_broadcast` of `values` over SPECS, in numpy (indexed op by
+  op, jax arrays would compile every index on its own)."""
+  return {k: np.asarray(v) for k, v in units.unit_broadcast(values,
+                                                            SPECS).items()}
+
+
 def _hand_sums(tree, transform=lambda v: v):
   """Σ over segment (i, j) of group 'g' by explicit loops; 'w': whole leaf."""
   t = {k: transform(v) for k, v in tree.items()}
@@ -57,7 +64,7 @@ def test_segment_sizes_and_group_shapes():
 def test_broadcast_places_each_value_on_its_segment():
   values = {'g': np.arange(15, dtype=np.float32).reshape(5, 3) + 1.0,
             'w': np.float32(7.0)}
-  out = units.unit_broadcast(values, SPECS)
+  out = _broadcast(values)
   assert {k: v.shape for k, v in out.items()} == {
       k: s.shape for k, s in SPECS.items()}
   g = values['g']
@@ -81,9 +88,9 @@ def test_sum_of_broadcast_is_size_times_value():
     one_hot = {'g': np.zeros((5, 3), np.float32).copy(),
                'w': np.float32(0.0)}
     one_hot['g'][i, j] = 3.0
-    spread = units.unit_broadcast(one_hot, SPECS)
-    assert sum(float(jnp.sum(v)) for v in spread.values()) == 3.0 * 7
-    assert sum(int(jnp.sum(v != 0)) for v in spread.values()) == 7
+    spread = _broadcast(one_hot)
+    assert sum(float(np.sum(v)) for v in spread.values()) == 3.0 * 7
+    assert sum(int(np.sum(v != 0)) for v in spread.values()) == 7
     back = units.unit_sums(spread, SPECS)
     np.testing.assert_array_equal(back['g'], 7 * one_hot['g'])
 
@@ -92,17 +99,17 @@ def test_broadcast_with_leading_client_axes():
   rng = np.random.default_rng(2)
   values = {'g': rng.standard_normal((4, 5, 3)).astype(np.float32),
             'w': rng.standard_normal((4,)).astype(np.float32)}
-  out = units.unit_broadcast(values, SPECS)
+  out = _broadcast(values)
   for k, spec in SPECS.items():
     assert out[k].shape == (4,) + spec.shape
   for c in range(4):
-    one = units.unit_broadcast({k: v[c] for k, v in values.items()}, SPECS)
+    one = _broadcast({k: v[c] for k, v in values.items()})
     for k in SPECS:
       np.testing.assert_array_equal(out[k][c], one[k])
   # Two leading axes.
   values = {'g': rng.standard_normal((2, 3, 5, 3)).astype(np.float32),
             'w': rng.standard_normal((2, 3)).astype(np.float32)}
-  out = units.unit_broadcast(values, SPECS)
+  out = _broadcast(values)
   assert out['a'].shape == (2, 3, 3, 4, 5)
   np.testing.assert_array_equal(out['a'][1, 2, :, 0, 4], values['g'][1, 2, 4])
   np.testing.assert_array_equal(out['d'][1, 0], np.full((2, 3),

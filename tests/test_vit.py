@@ -21,13 +21,15 @@ def tiny(depth=DEPTH):
                              patch=P)
 
 
+# Inputs, masks and results are numpy arrays: indexed or summed op by op,
+# jax arrays would compile every op on its own.
 def random_params(depth=DEPTH, seed=0):
   """Params of `tiny(depth)` with every leaf random (biases and LN too)."""
   shapes = jax.eval_shape(tiny(depth).init, jax.random.key(0),
                           jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
   rng = np.random.default_rng(seed)
   return jax.tree.map(
-      lambda s: jnp.asarray(0.5 * rng.standard_normal(s.shape), jnp.float32),
+      lambda s: np.asarray(0.5 * rng.standard_normal(s.shape), np.float32),
       shapes['params'])
 
 
@@ -38,12 +40,13 @@ def random_units(seed, depth=DEPTH):
   for kind, (l, u) in tiny(depth).unit_shapes().items():
     mask = (rng.random((l, u)) < 0.5).astype(np.float32)
     mask[np.arange(l), rng.integers(0, u, l)] = 1.0
-    out[kind] = jnp.asarray(mask)
+    out[kind] = mask
   return out
 
 
 def ones_units(depth=DEPTH):
-  return {k: jnp.ones(s) for k, s in tiny(depth).unit_shapes().items()}
+  return {k: np.ones(s, np.float32)
+          for k, s in tiny(depth).unit_shapes().items()}
 
 
 def images(n=3, seed=1):
@@ -74,14 +77,22 @@ def run(params, x, units=None, window=None):
   depth = params['blocks_fc1_bias'].shape[0]
   units = ones_units(depth) if units is None else units
   window = vit.full_window(depth) if window is None else window
-  return exits_fn(depth)(params, x, units, window)
+  return np.asarray(exits_fn(depth)(params, x, units, window))
 
 
 def grads(params, x, units=None, window=None):
   depth = params['blocks_fc1_bias'].shape[0]
   units = ones_units(depth) if units is None else units
   window = vit.full_window(depth) if window is None else window
-  return grad_fn(depth)(params, x, units, window)
+  return jax.tree.map(np.asarray, grad_fn(depth)(params, x, units, window))
+
+
+_entry_mask = jax.jit(vit.entry_mask)
+
+
+def entry_mask(params, units):
+  """`vit.entry_mask` as one compiled program, in numpy."""
+  return jax.tree.map(np.asarray, _entry_mask(params, units))
 
 
 # ---- an independent reference: the submodel physically sliced ---------------
@@ -144,17 +155,18 @@ def test_masked_model_equals_sliced_submodel_values_and_gradients():
              for l in range(DEPTH))
   got = run(params, x, masks)[-1]
   # The reference, jitted with this mask's slices baked in.
-  np_masks = jax.tree.map(np.asarray, masks)
-  reference = lambda p: sliced_forward(p, x, np_masks)
-  want, want_grad = jax.jit(lambda p: (
-      reference(p), jax.grad(lambda q: _loss(reference(q)))(p)))(params)
+  def reference(p):
+    logits = sliced_forward(p, x, masks)
+    return _loss(logits), logits
+  (_, want), want_grad = jax.jit(jax.value_and_grad(reference, has_aux=True))(
+      params)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   # Masking really changes the function (the comparison is not vacuous).
   assert not np.allclose(got, run(params, x)[-1], atol=1e-3)
 
   # Slicing is differentiated too: entries the submodel never reads get 0.
   grad = grads(params, x, masks)
-  keep = vit.entry_mask(params, masks)
+  keep = entry_mask(params, masks)
   for (path, g), w, k in zip(jax.tree_util.tree_leaves_with_path(grad),
                              jax.tree.leaves(want_grad), jax.tree.leaves(keep),
                              strict=True):
@@ -173,12 +185,12 @@ def test_entry_mask_times_params_equals_unit_masks():
   params, x = random_params(), images()
   for seed in range(3):
     masks = random_units(seed + 10)
-    keep = vit.entry_mask(params, masks)
+    keep = entry_mask(params, masks)
     assert jax.tree.structure(keep) == jax.tree.structure(params)
-    sliced = jax.tree.map(jnp.multiply, params, keep)
+    sliced = jax.tree.map(np.multiply, params, keep)
     np.testing.assert_allclose(run(sliced, x), run(params, x, masks),
                                rtol=1e-5, atol=1e-6)
-  ones = vit.entry_mask(params, ones_units())
+  ones = entry_mask(params, ones_units())
   assert all(np.all(np.asarray(v) == 1) for v in jax.tree.leaves(ones))
 
 
@@ -207,7 +219,7 @@ def test_pruned_blocks_pass_the_residual_stream_through():
   same_head = dict(params)
   for k in ('exits_norm_scale', 'exits_norm_bias', 'exits_dense_kernel',
             'exits_dense_bias'):
-    same_head[k] = params[k].at[2].set(params[k][1])
+    same_head[k] = params[k][[0, 1, 1]]  # exit 2 gets exit 1's head
   out = run(same_head, x, window=_window([True, True, False], no))
   np.testing.assert_allclose(out[2], out[1], rtol=1e-6, atol=1e-6)
   # A pruned middle block: blocks 0 and 2 alone.
@@ -218,7 +230,7 @@ def test_pruned_blocks_pass_the_residual_stream_through():
 
 
 def _block_norm(grad, layer):
-  return sum(float(jnp.abs(v[layer]).sum()) for k, v in grad.items()
+  return sum(float(np.abs(v[layer]).sum()) for k, v in grad.items()
              if k.startswith('blocks_'))
 
 
@@ -231,8 +243,8 @@ def test_frozen_and_pruned_blocks_get_no_gradient():
   assert all(np.all(np.asarray(v) == 0) for v in jax.tree.leaves(g['embed']))
   for name, v in g.items():       # every leaf of blocks 1 and 2 trains
     if name.startswith('blocks_'):
-      assert float(jnp.abs(v[1]).max()) > 0, name
-      assert float(jnp.abs(v[2]).max()) > 0, name
+      assert float(np.abs(v[1]).max()) > 0, name
+      assert float(np.abs(v[2]).max()) > 0, name
   # Freezing does not change the forward pass.
   np.testing.assert_array_equal(
       run(params, x, window=_window([True] * 3, [True, True, False])),
@@ -243,7 +255,7 @@ def test_frozen_and_pruned_blocks_get_no_gradient():
   g = grads(params, x, window=_window([True, True, False], [False] * 3))
   assert _block_norm(g, 2) == 0
   assert _block_norm(g, 0) > 0 and _block_norm(g, 1) > 0
-  assert float(jnp.abs(g['pos']).sum()) > 0
+  assert float(np.abs(g['pos']).sum()) > 0
 
 
 # ---- exits -------------------------------------------------------------------
@@ -267,16 +279,22 @@ def test_exit_head_reads_the_cls_token_only():
           'dense': {'kernel': params['exits_dense_kernel'][0],
                     'bias': params['exits_dense_bias'][0]}}
   rng = np.random.default_rng(3)
-  tokens = jnp.asarray(rng.standard_normal((2, 5, D)), jnp.float32)
-  other = tokens.at[:, 1:].set(rng.standard_normal((2, 4, D)))
+  tokens = rng.standard_normal((2, 5, D)).astype(np.float32)
+  other = tokens.copy()
+  other[:, 1:] = rng.standard_normal((2, 4, D))
   exit_logits = jax.jit(vit.exit_logits)
   np.testing.assert_array_equal(exit_logits(tokens, head),
                                 exit_logits(other, head))
-  g = jax.jit(jax.grad(lambda t: vit.exit_logits(t, head)[:, 3].sum()))(tokens)
-  assert np.all(np.asarray(g[:, 1:]) == 0)
-  assert np.abs(np.asarray(g[:, 0])).min() > 0
-  want = _ln(tokens[:, 0], head['norm']['scale'], head['norm']['bias']) @ \
-      head['dense']['kernel'] + head['dense']['bias']
+  g = np.asarray(jax.jit(jax.grad(
+      lambda t: vit.exit_logits(t, head)[:, 3].sum()))(tokens))
+  assert np.all(g[:, 1:] == 0)
+  assert np.abs(g[:, 0]).min() > 0
+
+  def reference(t):
+    cls = _ln(t[:, 0], head['norm']['scale'], head['norm']['bias'])
+    return cls @ head['dense']['kernel'] + head['dense']['bias']
+
+  want = jax.jit(reference)(tokens)
   np.testing.assert_allclose(exit_logits(tokens, head), want, rtol=1e-5,
                              atol=1e-6)
 
@@ -324,7 +342,10 @@ def test_bad_vit_options_raise():
 def test_segment_specs_sizes_by_hand():
   params = random_params()
   specs = vit.segment_specs(params)
-  sizes = units_lib.segment_sizes(specs)
+  # Sizes and broadcasts as compiled programs, in numpy (op by op, every
+  # leaf's ops would compile on their own).
+  sizes = jax.tree.map(np.asarray, jax.jit(
+      lambda: units_lib.segment_sizes(specs))())
   t = (8 // P) ** 2 + 1
   want = {
       'blocks/heads': ((DEPTH, H), 3 * D * E + 3 * E),
@@ -348,10 +369,11 @@ def test_segment_specs_sizes_by_hand():
   # A unit mask broadcast over the segments of the output unit keeps exactly
   # the entries whose output unit is kept (entry_mask also needs the input).
   masks = random_units(7)
-  values = {g: jnp.ones(s) for g, (s, _) in want.items()}
+  values = {g: np.ones(s, np.float32) for g, (s, _) in want.items()}
   values.update({f'blocks/{k}': v for k, v in masks.items()})
-  spread = units_lib.unit_broadcast(values, specs)
-  keep = vit.entry_mask(params, masks)
+  spread = jax.tree.map(np.asarray, jax.jit(
+      lambda v: units_lib.unit_broadcast(v, specs))(values))
+  keep = entry_mask(params, masks)
   for name in ('blocks_qkv_kernel', 'blocks_fc1_kernel', 'blocks_fc1_bias',
                'blocks_proj_bias', 'blocks_fc2_bias'):
     np.testing.assert_array_equal(spread[name], keep[name], err_msg=name)
