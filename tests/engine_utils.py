@@ -64,6 +64,13 @@ def assert_backends_agree(results, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(loss, results[0][1], rtol=rtol)
 
 
+def committed(state):
+  """`state` committed to the device, as a restored checkpoint is: a runner
+  compiles one program for runs from either (uncommitted and committed
+  arguments are two signatures)."""
+  return jax.device_put(state, jax.devices()[0])
+
+
 def checkpoint_round_trip(directory: str, round_index: int, state, like,
                           host=None):
   """(state, host) saved as round `round_index` in `directory` and read back

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine_utils import (TINY_VIT, checkpoint_round_trip, tiny_vit_config,
-                          vit_experiment)
+from engine_utils import (TINY_VIT, checkpoint_round_trip, committed,
+                          tiny_vit_config, vit_experiment)
 from fedjax_het import config as config_lib
 from fedjax_het.algorithms import cos2p
 from fedjax_het.core.rounds import RoundRunner
@@ -23,13 +23,6 @@ def cos2p_config(**cos2p_options):
 def build(config):
   algorithm, state, split = vit_experiment(config)
   return algorithm, state, split.train.to_device()
-
-
-def committed(state):
-  """`state` committed to the device, as a restored checkpoint is: a runner
-  compiles one program for runs from either (uncommitted and committed
-  arguments are two signatures)."""
-  return jax.device_put(state, jax.devices()[0])
 
 
 def test_reduces_to_fedavg():

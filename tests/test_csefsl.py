@@ -14,7 +14,7 @@ from fedjax_het.core import RoundRunner, batching
 from fedjax_het.data import FederatedData, augment
 from fedjax_het.options import ConfigError
 from engine_utils import (assert_backends_agree, checkpoint_round_trip,
-                          run_every_backend)
+                          committed, run_every_backend)
 from script_utils import load_script
 
 CLIENTS, EXAMPLES, SHAPE = 3, 20, (8, 8, 1)
@@ -391,7 +391,7 @@ def test_resume_is_bit_exact(tmp_path):
   method, state, data = build(upload_every=2, server_order='random',
                               lr_decay=0.5, lr_decay_every=1)
   runner = RoundRunner(method, 'vmap')
-  half, _ = runner.run(state, data, 2)
+  half, _ = runner.run(committed(state), data, 2)
   method, fresh, data = build(upload_every=2, server_order='random',
                               lr_decay=0.5, lr_decay_every=1)
   restored, _ = checkpoint_round_trip(str(tmp_path), 2, half, fresh)

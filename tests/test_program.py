@@ -11,7 +11,8 @@ from fedjax_het.core import aggregation, backends, program
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
 from engine_utils import (assert_backends_agree, checkpoint_round_trip,
-                          run_every_backend, tiny_data, tiny_fedavg)
+                          committed, run_every_backend, tiny_data,
+                          tiny_fedavg)
 
 BACKENDS = ('vmap', 'map', 'sequential')
 
@@ -287,7 +288,7 @@ def test_per_client_state_survives_checkpoint_and_resume(tmp_path):
   straight, _ = RoundRunner(algorithm, 'vmap').run(
       jax.tree.map(jnp.copy, state), data, 4)
   runner = RoundRunner(algorithm, 'vmap')
-  half, _ = runner.run(state, data, 2)
+  half, _ = runner.run(committed(state), data, 2)
   algorithm, fresh, data = counting()
   restored, host = checkpoint_round_trip(str(tmp_path), 2, half, fresh,
                                          {'note': 1})
