@@ -191,6 +191,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   same a run meets (`fedjax-het --show-config` refuses what a run would).
   The algorithm's own sections are checked here as when it is built
   (`OptionGroup.from_config`)."""
+  resolve(config)
+
+
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` validated (`validate`), with the options its method fixes
+  written in (`FederatedAlgorithm.fix_options`): what the run trains with,
+  as config.json and `--show-config` show it."""
   from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
   check_known_keys(config, base_config())
   CoreOptions.from_config(config)
@@ -201,17 +208,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for group in method.option_groups:
     group.from_config(config)
   check_sections_in_use(config, method)
-  method.fix_options(config)
+  resolved = method.fix_options(config)
   check_component_options(config)
-
-
-def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` validated, with the options its method fixes written in
-  (`FederatedAlgorithm.fix_options`): what the run trains with, as
-  config.json and `--show-config` show it."""
-  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
-  validate(config)
-  return algorithms.algorithm_class(config.algorithm).fix_options(config)
+  return resolved
 
 
 def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:

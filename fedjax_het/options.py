@@ -151,25 +151,30 @@ def check_like_defaults(section: str, values, defaults: dict) -> None:
         break
 
 
+def same_value(a, b) -> bool:
+  """Whether two config values are equal, lists and tuples alike (nested
+  ones too) and a ConfigDict as its dict."""
+  return _plain(a) == _plain(b)
+
+
+def _plain(value):
+  """`value` with ConfigDicts as dicts and lists as tuples, nested too."""
+  if isinstance(value, ml_collections.ConfigDict):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return tuple(_plain(v) for v in value)
+  return value
+
+
 def changed_key(section, defaults) -> str | None:
   """The first key of a config section whose value is not its default in
-  `defaults` (lists and tuples alike), or None."""
+  `defaults` (`same_value`), or None."""
   for key, default in defaults.items():
-    value = section[key]
-    if isinstance(value, ml_collections.ConfigDict):
-      value = value.to_dict()
-    if isinstance(default, ml_collections.ConfigDict):
-      default = default.to_dict()
-    if _sequence(value) != _sequence(default):
+    if not same_value(section[key], default):
       return key
   return None
-
-
-def _sequence(value):
-  """`value` with its lists as tuples, nested ones too."""
-  if isinstance(value, (list, tuple)):
-    return tuple(_sequence(v) for v in value)
-  return value
 
 
 # ---- groups -------------------------------------------------------------------

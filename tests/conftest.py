@@ -9,8 +9,9 @@ in the last bits (fused multiply-adds, reduction orders), so a test never
 compares against numbers recorded at default flags in this process: what is
 pinned is computed in a child process at default flags, and what is compared
 bit for bit across two programs in one with XLA's fusion emitters
-(`script_utils.CHILDREN`: the pinned hashes, the mask-table identity). Under xdist the controller starts those children as soon as the
-workers have collected their tests, so they run beside the tests.
+(`script_utils.CHILDREN`: the pinned hashes, the mask-table identity). Under
+xdist the controller starts those children as soon as the workers have
+collected their tests, so they run beside the tests.
 
 The persistent XLA compilation cache lives in `.pytest_cache/` (git-ignored;
 `JAX_COMPILATION_CACHE_DIR` chooses another directory): a

@@ -95,8 +95,8 @@ class Child:
   `python tests/SCRIPT SCRATCH_DIR` prints it as its last line of stdout.
 
   without_flags: the suite's cheap compile flags (`_CHEAP_COMPILE_FLAGS`)
-    the child compiles without (`default_flags_env`): all of them (None) for
-    results pinned at a user's flags.
+    the child compiles without (`default_flags_env`): none (), or all of them
+    (None) for results pinned at a user's flags.
   cpu_devices: split the CPU into this many XLA devices (0: one).
   """
   script: str
@@ -105,8 +105,7 @@ class Child:
   cpu_devices: int = 0
 
   def env(self) -> dict:
-    env = (default_flags_env(self.without_flags) if self.without_flags != ()
-           else dict(os.environ))
+    env = default_flags_env(self.without_flags)
     if self.cpu_devices:
       from fedjax_het.core import sharding
       env['JAX_PLATFORMS'] = 'cpu'

@@ -17,13 +17,12 @@ CAPACITIES = {'fedavg': (1.0,), 'fiarse': (0.25, 1.0), 'heterofl': (0.25, 1.0)}
 DROPPED = 2   # the client whose uploads never arrive
 
 
-def build(name, cls=None, **overrides):
-  """(algorithm, state, data): every client of `tiny_data` in each round."""
+def build(name, cls=None, **systems):
+  """(algorithm, state, data) with `config.systems` updated by `systems`:
+  every client of `tiny_data` in each round."""
   config = tiny_config(algorithm=name, capacities=CAPACITIES[name],
                        clients_per_round=6)
-  for key, value in overrides.items():
-    section, option = key.split('__')
-    config[section][option] = value
+  config.systems.update(systems)
   data = tiny_data()
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
   params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
@@ -49,7 +48,7 @@ def test_a_client_whose_uploads_always_fail_is_left_out_exactly(name):
   client weight 0 (its update enters no sum, numerator or denominator), and
   its uploads are not counted, while the others' are."""
   q = tuple(1.0 if m == DROPPED else 0.0 for m in range(6))
-  dropped, state, data = build(name, systems__q=q)
+  dropped, state, data = build(name, q=q)
   dropped_state, metrics = RoundRunner(dropped, 'vmap').run(state, data, 2)
   reference, state, _ = build(name, cls=without_client(name))
   reference_state, reference_metrics = RoundRunner(reference, 'vmap').run(
@@ -66,14 +65,14 @@ def test_unequal_work_freezes_each_client_after_its_steps(name):
   """systems.local_work T_m: client m's update is the update of a run whose
   clients all take T_m steps (same batches), though the scan runs max T."""
   work = (1, 3, 2, 3, 1, 2)
-  algorithm, state, data = build(name, systems__local_work=work)
+  algorithm, state, data = build(name, local_work=work)
   assert algorithm.max_local_steps() == 3
   plans = jax.jit(algorithm.plan_round)(state, data)
   np.testing.assert_array_equal(plans.num_steps,
                                 np.asarray(work)[np.asarray(plans.client_id)])
   update = jax.jit(algorithm.client_update)
   for steps in (1, 2):
-    equal, equal_state, _ = build(name, systems__local_work=(steps,) * 6)
+    equal, equal_state, _ = build(name, local_work=(steps,) * 6)
     assert equal.max_local_steps() == steps
     equal_plans = jax.jit(equal.plan_round)(equal_state, data)
     equal_update = jax.jit(equal.client_update)
@@ -88,8 +87,7 @@ def test_unequal_work_freezes_each_client_after_its_steps(name):
 def test_the_neutral_setting_is_the_run_without_the_part():
   """q = 0 and every client local_steps, set explicitly (the part on), give
   the parameters of the run without it, bit for bit."""
-  on, state, data = build('fiarse', systems__q=(0.0,) * 6,
-                          systems__local_work=(3,) * 6)
+  on, state, data = build('fiarse', q=(0.0,) * 6, local_work=(3,) * 6)
   assert on.heterogeneity is not None
   on_state, _ = RoundRunner(on, 'vmap').run(state, data, 2)
   off, state, _ = build('fiarse')
@@ -101,4 +99,4 @@ def test_the_neutral_setting_is_the_run_without_the_part():
 def test_markov_links_are_refused_where_no_link_state_is_kept():
   with pytest.raises(ConfigError, match="systems.model='markov' keeps each "
                                         "client's link state"):
-    build('heterofl', systems__model='markov')
+    build('heterofl', model='markov')

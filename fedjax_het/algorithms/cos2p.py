@@ -105,7 +105,8 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
                                 is_bool, non_negative, non_negative_int,
-                                option, positive, positive_int, subset_of)
+                                option, positive, positive_int, same_value,
+                                subset_of)
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import clock, vit_cost
 
@@ -214,15 +215,13 @@ class Cos2p(FederatedAlgorithm):
     defaults = Cos2pOptions.defaults()
     for key, fixed in cls.fixed_options.items():
       value = config.cos2p[key]
-      if isinstance(value, list):
-        value = tuple(value)
-      if value != defaults[key] and value != fixed:
+      if not (same_value(value, defaults[key]) or same_value(value, fixed)):
         raise ConfigError(
             f'{cls.name} fixes cos2p.{key} = {fixed!r}, got {value!r}; leave '
             f'it unset (cos2p trains with it).')
-    fixed = config.copy_and_resolve_references()
-    fixed.cos2p.update(cls.fixed_options)
-    return fixed
+    resolved = config.copy_and_resolve_references()
+    resolved.cos2p.update(cls.fixed_options)
+    return resolved
 
   def __init__(self, config, model, data):
     if not isinstance(model, vit.ViT):

@@ -156,16 +156,16 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     self.options = FedAcsOptions.from_config(config)
     super().__init__(config, model, data)   # the systems part: heterogeneity
     self._check_options(config)
-    num_clients = self.num_clients
+    m = self.num_clients
     self.full_participation = self.options.participation == 'full'
     # K of rule (3): the number of draws (all M clients with full participation).
-    self.num_draws = num_clients if self.full_participation else int(
+    self.num_draws = m if self.full_participation else int(
         config.clients_per_round)
     self.cohort_size = self.num_draws
     if config.aggregation_weights == 'examples':
       self.omega = self.client_counts / jnp.sum(self.client_counts)
     else:
-      self.omega = jnp.full((num_clients,), 1 / num_clients, jnp.float32)
+      self.omega = jnp.full((m,), 1 / m, jnp.float32)
 
   def _check_options(self, config: ml_collections.ConfigDict) -> None:
     options = self.options
