@@ -64,6 +64,14 @@ def _paths(seed):
     parent = {'seed': seed, 'round': rounds, 'client': plans,
               'step': steps}[stream.parent.name]
     paths[stream.name] = _stream(parent, stream)
+  # data.augment.crop24_jitter's five parts of the augmentation key; the
+  # crop and left offsets' randint splits its key again.
+  split_each = lambda keys, n: jax.vmap(lambda k: jax.random.split(k, n))(
+      keys.reshape(-1, 2))
+  augment = split_each(paths['AUGMENT'], 5)
+  paths['augment parts'] = augment
+  paths['top randint parts'] = split_each(augment[:, 0], 2)
+  paths['left randint parts'] = split_each(augment[:, 4], 2)
   # The derivations the table replaced.
   fold_plans = lambda n: jax.vmap(jax.random.fold_in, in_axes=(0, None))(
       plans.reshape(-1, 2), n).reshape(plans.shape)
@@ -73,7 +81,11 @@ def _paths(seed):
          'old: Co-S²P mask draw': fold_plans(7),
          'old: Co-S²P random units': fold_plans(8),
          'old: FedPM upload': fold_plans(11),
-         'old: phase 1': fold_plans(2**31 - 1)}
+         'old: phase 1': fold_plans(2**31 - 1),
+         # FjORD's randint(step key) splits it: its part 1 is AUGMENT.
+         'old: FjORD randint parts': split_each(steps, 2),
+         'old: crop24 left': jax.vmap(jax.random.fold_in, in_axes=(0, None))(
+             augment[:, 0], 1)}
   # Kept: HIST's edge rounds e ≥ 1 (hist.local_phase), the trainer's model
   # init key (run.py).
   kept = {'kept: HIST edge round': _fold_each(plans, EDGE_ROUNDS)[..., 1:, :],
@@ -114,7 +126,9 @@ def test_the_old_derivations_collided(paths):
   """The check finds what the table fixed: FedPM's evaluation key under
   round 12's key (its rounds 0, 1 are round 12's split halves), PruneFL's
   init key = round 13's, the client-key constants 7, 8, 11 = epochs 7, 8,
-  11, and phase 1's key = the first phase's step-key parent."""
+  11, phase 1's key = the first phase's step-key parent, FjORD's
+  randint(step key) consumed AUGMENT, crop24's left offsets the key the top
+  offsets' randint consumed."""
   current, old, _ = paths
   found = collisions({**current, **old})
   assert found == {('client keys', 'old: FedPM eval'),
@@ -123,7 +137,9 @@ def test_the_old_derivations_collided(paths):
                    ('epoch', 'old: Co-S²P mask draw'),
                    ('epoch', 'old: Co-S²P random units'),
                    ('epoch', 'old: FedPM upload'),
-                   ('STEP_KEYS', 'old: phase 1')}
+                   ('STEP_KEYS', 'old: phase 1'),
+                   ('AUGMENT', 'old: FjORD randint parts'),
+                   ('old: crop24 left', 'top randint parts')}
 
 
 def test_the_kept_exceptions_collide_as_documented(paths):

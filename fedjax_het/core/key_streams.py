@@ -13,6 +13,10 @@ into its own key (stream first, then index), never beside it.
 
 `jax.random.split(key, n)[i]` equals `fold_in(key, i)` (JAX's partitionable
 Threefry, the default): a split's parts count as indices 0..n−1 of `key`.
+A sampler consumes indices of the key it is given too (`randint` splits it
+into parts 0 and 1; `uniform`'s i-th value hashes index i), so a key with
+named streams below 2^30 (the step key) is never given to a sampler: the
+draw takes a named stream of it.
 
 Parents (the key a stream or index is folded into):
 
@@ -45,6 +49,7 @@ The named streams:
 | AUGMENT | 1 | step | — | data augmentation of the step's batch |
 | DROPOUT | 2 | step | — | the client model's dropout (split learning) |
 | SERVER_DROPOUT | 3 | step | — | the server model's dropout (FSL_MC, FSL_OC) |
+| FJORD_WIDTH | 2^30 + 7 | step | — | FjORD's width of the step |
 
 Known exceptions, kept so that pinned results stay bit-identical
 (`tests/test_streams.py` shows both):
@@ -100,6 +105,7 @@ class Stream(enum.Enum):
   AUGMENT = (1, STEP, 'data augmentation')
   DROPOUT = (2, STEP, "the client model's dropout")
   SERVER_DROPOUT = (3, STEP, "the server model's dropout")
+  FJORD_WIDTH = (2**30 + 7, STEP, "FjORD's width of the step")
 
 
 def fold(key: jax.Array, stream: Stream) -> jax.Array:
