@@ -132,7 +132,7 @@ def test_sequence_equals_running_the_two_programs_by_hand():
   both = run(program.sequence(mask_phase, weight_phase), linear_params(),
              plan, data, state)
   first = run(mask_phase, linear_params(), plan, data, state)
-  second_key = jax.random.fold_in(plan.key, program._PHASE_STREAM + 1)  # pylint: disable=protected-access
+  second_key = program.phase_key(plan.key, 1)
   middle = jax.tree.map(jnp.subtract, linear_params(), first.delta)
   second = run(weight_phase, middle, plan.replace(key=second_key), data,
                first.client_state)

@@ -30,11 +30,11 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
 The systems part (`config.systems`, `fedjax_het.systems.heterogeneity`): a
 method that lists `SystemsOptions` in its `option_groups` runs under lossy
 uplinks and unequal local work. Each round draws q_m, T_m and the link
-outcomes Z_m of all clients from the round key's `SYSTEMS_STREAM`
-(`round_systems`); the default plans give client m T_m local steps (the
-program freezes it after them) and weight w_m·Z_m, so a dropped update adds
-nothing to any segment sum, numerator or denominator, and its upload is not
-counted in `bytes_up`. With the section at its defaults (q = 0, every client
+outcomes Z_m of all clients from the round key's `SYSTEMS` stream
+(`round_systems`, `core.key_streams`); the default plans give client m T_m
+local steps (the program freezes it after them) and weight w_m·Z_m, so a
+dropped update adds nothing to any segment sum, numerator or denominator,
+and its upload is not counted in `bytes_up`. With the section at its defaults (q = 0, every client
 `local_steps`) the part is off and the round is the same program as without
 it. The Markov model's link states are per-client state that only the
 FedACS family keeps; another method refuses it in one line.
@@ -58,14 +58,11 @@ from fedjax_het import evaluation
 from fedjax_het.data import augment
 from fedjax_het.core import aggregation, client_state, program, sampling
 from fedjax_het.core.backends import Clients
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
 from fedjax_het.options import ConfigError, changed_key
 from fedjax_het.systems import heterogeneity
-
-# The stream of the systems part's draws (q, T, link outcomes) in the round
-# key: every method run under the same systems and seed sees the same draws.
-SYSTEMS_STREAM = 0x5e5
 
 PyTree = Any
 
@@ -217,7 +214,7 @@ class FederatedAlgorithm:
     """
     links = (state.clients['links'] if self.heterogeneity.model == 'markov'
              else None)
-    return self.heterogeneity.draw(round_key(state, SYSTEMS_STREAM),
+    return self.heterogeneity.draw(round_key(state, Stream.SYSTEMS),
                                    state.round, links)
 
   def server_optimizer(self) -> optax.GradientTransformation:

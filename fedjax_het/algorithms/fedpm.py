@@ -51,14 +51,14 @@ from fedjax_het.algorithms import masked_eval
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het.algorithms import cos2p
 from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions, then
-from fedjax_het.core import program
-from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.core import key_streams, program
+from fedjax_het.core.key_streams import Stream
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
+    round_key
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative_int, option, positive)
 from fedjax_het.systems import vit_cost
-
-_UPLOAD_KEY, _EVAL_KEY = 11, 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +192,7 @@ class FedPM(Cos2p):
   def sample_upload(self, local: program.LocalModel,
                     plan) -> program.LocalModel:
     """M_n ~ Bern(σ(s_end)), the client's upload."""
-    key = jax.random.fold_in(plan.key, _UPLOAD_KEY)
+    key = key_streams.fold(plan.key, Stream.FEDPM_UPLOAD)
     state = local.client_state
     units = {k: jax.random.bernoulli(jax.random.fold_in(key, i), jax.nn.sigmoid(
         state['logits'][k])).astype(jnp.float32)
@@ -230,8 +230,7 @@ class FedPM(Cos2p):
     p = state.extras['p']
     if self.fedpm.eval_mask == 'threshold':
       return {k: (v > 0.5).astype(jnp.float32) for k, v in p.items()}
-    key = jax.random.fold_in(jax.random.fold_in(state.key, _EVAL_KEY),
-                             state.round)
+    key = round_key(state, Stream.FEDPM_EVAL)
     return {k: jax.random.bernoulli(jax.random.fold_in(key, i), v).astype(
         jnp.float32) for i, (k, v) in enumerate(p.items())}
 

@@ -30,12 +30,11 @@ import optax
 
 from fedjax_het.algorithms import split_accounting as accounting
 from fedjax_het.algorithms.split_learning import SplitLearning, slot_order
-from fedjax_het.core import batching, program
+from fedjax_het.core import batching, key_streams, program
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 
 PyTree = Any
-_SERVER_DROPOUT = 3          # folded into a step's key
-_ROUND_ROBIN_STREAM = 7_919  # folded into a client's key (FSL_OC step keys)
 
 
 def clip_global_norm(grads: PyTree, max_norm: float) -> PyTree:
@@ -64,7 +63,7 @@ class GradientReturn(SplitLearning):
                                 client)
     loss, (g_server, g_smashed) = jax.value_and_grad(
         self.server_loss, argnums=(0, 1))(
-            server, smashed, y, jax.random.fold_in(key, _SERVER_DROPOUT))
+            server, smashed, y, key_streams.fold(key, Stream.SERVER_DROPOUT))
     (g_client,) = pullback(g_smashed)
     sgd = lambda p, g: jax.tree.map(lambda a, b: a - lr * b, p,
                                     clip_global_norm(g, self.clip_norm))
@@ -140,7 +139,7 @@ class FslOc(GradientReturn):
           plan.key, s, counts[row], batch_size=batch_size,
           max_examples=x.shape[1], max_epochs_per_batch=bound)
       key = jax.random.fold_in(
-          jax.random.fold_in(plan.key, _ROUND_ROBIN_STREAM), s)
+          key_streams.fold(plan.key, Stream.ROUND_ROBIN), s)
       mine = jax.tree.map(lambda a: a[k], clients_params)
       client, new_server, loss = self.sl_step(
           mine, server, x[row, idx], y[row, idx],

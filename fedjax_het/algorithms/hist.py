@@ -64,7 +64,8 @@ import numpy as np
 from fedjax_het.algorithms.base import FederatedAlgorithm
 from fedjax_het import models
 from fedjax_het.channels import aircomp
-from fedjax_het.core import aggregation
+from fedjax_het.core import aggregation, key_streams
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.options import (ConfigError, OptionGroup, finite, option,
@@ -73,10 +74,6 @@ from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
 
 PyTree = Any
-# Streams folded into the round key, apart from the base class's split.
-_SYSTEM_STREAM = 1_000_003
-_PARTITION_STREAM = 1_000_033
-_AIRCOMP_STREAM = 1_000_037
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +254,7 @@ class HFedAvg(FederatedAlgorithm):
     plans = super().plan_clients(state, client_ids, keys)
     h = self.hierarchy
     segment = self.cell_of_client[client_ids]
-    cpu_key, channel_key = jax.random.split(round_key(state, _SYSTEM_STREAM))
+    cpu_key, channel_key = jax.random.split(round_key(state, Stream.HIST_SYSTEM))
     cpu_range = jnp.asarray(h.cpu_hz_range)[segment]
     cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
     channels = aircomp.rayleigh_channels(channel_key, client_ids.shape[0],
@@ -324,10 +321,12 @@ class HFedAvg(FederatedAlgorithm):
     whatever E.
     """
     params = state.params
-    aircomp_key = round_key(state, _AIRCOMP_STREAM)
+    aircomp_key = round_key(state, Stream.HIST_AIRCOMP)
 
     def edge_round(moved, e):
       edge_params = jax.tree.map(lambda p, m: p[None] - m, params, moved)
+      # e ≥ 1 is folded in beside the epochs: a known exception of
+      # `core.key_streams`, kept for the pinned results.
       keys = jnp.where(e == 0, plans.key, jax.vmap(
           jax.random.fold_in, in_axes=(0, None))(plans.key, e))
       outputs = self.run_clients(clients, plans.replace(key=keys), data,
@@ -464,5 +463,5 @@ class HIST(HFedAvg):
 
   def cell_masks(self, key: jax.Array, plans: ClientPlan) -> PyTree:
     return disjoint.stacked_partition(
-        jax.random.fold_in(key, _PARTITION_STREAM), self.template,
+        key_streams.fold(key, Stream.HIST_PARTITION), self.template,
         self.num_segments, self.partition_sizes(plans), self.layout)

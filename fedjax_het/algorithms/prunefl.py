@@ -61,7 +61,8 @@ import optax
 
 from fedjax_het.algorithms import cos2p, masked_eval
 from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions
-from fedjax_het.core import program
+from fedjax_het.core import key_streams, program
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (OptionGroup, in_range, non_negative_int,
@@ -69,7 +70,6 @@ from fedjax_het.options import (OptionGroup, in_range, non_negative_int,
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import vit_cost
 
-_INIT_KEY = 13
 GROUPS = {kind: f'blocks/{kind}' for kind in vit.UNIT_KINDS}
 
 
@@ -231,7 +231,7 @@ class PruneFL(Cos2p):
               'exits': self.exit_positions(jnp.int32(0), jnp.int32(layers)),
               'teacher': jnp.int32(layers - 1), 'units': full}
     plan = ClientPlan(
-        client_id=jnp.int32(0), key=jax.random.fold_in(key, _INIT_KEY),
+        client_id=jnp.int32(0), key=key_streams.fold(key, Stream.PRUNEFL_INIT),
         num_steps=jnp.int32(steps),
         lr=jnp.float32(self.config.client_lr), weight=jnp.float32(1.0),
         segment=jnp.int32(0), extras=window)

@@ -24,9 +24,10 @@ coefficient c_k of rule (3):
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.systems_aware import SELECTION_STREAM, \
-    SystemsAwareAlgorithm, fedavg_step_length
+from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm, \
+    fedavg_step_length
 from fedjax_het.core import sampling
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.systems.heterogeneity import SystemsRound
@@ -115,7 +116,7 @@ class OptimalSampling(SystemsAwareAlgorithm):
     probs = jnp.where(total > 0, scores / jnp.where(total > 0, total, 1.0),
                       self.omega)
     draws = sampling.with_replacement(
-        round_key(state, SELECTION_STREAM), probs, self.num_draws)
+        round_key(state, Stream.SELECTION), probs, self.num_draws)
     copies = jnp.zeros((self.num_clients,), jnp.float32).at[draws].add(1.0)
     importance = jnp.where(probs > 0,
                            self.omega / jnp.where(probs > 0, probs, 1.0), 0.0)

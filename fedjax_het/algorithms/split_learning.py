@@ -56,7 +56,8 @@ import optax
 from fedjax_het import models
 from fedjax_het.algorithms import split_accounting as accounting
 from fedjax_het.algorithms.base import FederatedAlgorithm, mean_over_active
-from fedjax_het.core import aggregation, program
+from fedjax_het.core import aggregation, key_streams, program
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.data import augment as augment_lib
@@ -65,10 +66,6 @@ from fedjax_het.options import (ConfigError, OptionGroup, in_range,
 
 PyTree = Any
 CLIENT_TRAINABLE = (('params', 'client'), ('params', 'aux'))
-_SERVER_STREAM = 1_000_081
-_ORDER_STREAM = 1_000_099
-# Folded into a step's key: its augmentation, the client's dropout.
-_AUGMENT_KEY, _DROPOUT_KEY = 1, 2
 SERVER_ORDERS = ('natural', 'sampled', 'random')
 
 
@@ -149,12 +146,12 @@ class SplitLearning(FederatedAlgorithm):
     key (the same for a recomputed forward)."""
     if self.augment is None:
       return x
-    return self.augment(jax.random.fold_in(key, _AUGMENT_KEY), x)
+    return self.augment(key_streams.fold(key, Stream.AUGMENT), x)
 
   def smashed(self, params: PyTree, x: jax.Array, key: jax.Array):
     """x_c(x) in training: [B, ...] smashed data, dropout from `key`."""
     return models.split_apply(self.model, params, 'client', x, train=True,
-                              key=jax.random.fold_in(key, _DROPOUT_KEY))
+                              key=key_streams.fold(key, Stream.DROPOUT))
 
   def server_loss(self, server_params: PyTree, smashed: jax.Array,
                   labels: jax.Array, key: jax.Array) -> jax.Array:
@@ -277,7 +274,7 @@ class CseFsl(SplitLearning):
   def server_keys(self, state: ServerState, plans: ClientPlan,
                   blocks: int) -> jax.Array:
     """Dropout key of the server step on (client slot k, block b): [K, nb]."""
-    base = round_key(state, _SERVER_STREAM)
+    base = round_key(state, Stream.SPLIT_SERVER)
     per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
         base, plans.client_id)
     return jax.vmap(lambda k: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
@@ -291,7 +288,7 @@ class CseFsl(SplitLearning):
     if self.split.server_order != 'random':
       return jnp.tile(slot_order(plans.client_id, self.split.server_order),
                       (blocks, 1))
-    key = round_key(state, _ORDER_STREAM)
+    key = round_key(state, Stream.SPLIT_ORDER)
     return jax.vmap(lambda b: jax.random.permutation(
         jax.random.fold_in(key, b), cohort))(jnp.arange(blocks))
 

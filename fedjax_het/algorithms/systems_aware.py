@@ -75,10 +75,6 @@ from fedjax_het.systems import heterogeneity, local_work
 
 PyTree = Any
 PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
-# A stream folded into the round key (fold_in(seed key, round)) for draws
-# beyond the base class's sampling, client keys and systems part
-# (`base.SYSTEMS_STREAM`).
-SELECTION_STREAM = 0x5e1
 # Fixed-point iterations of the calibrated lr under a proximal solver; each
 # changes η by a factor ~η·μ·S/2 of the previous change (≪ 1 in the paper's
 # settings), so the iterate has converged to float32 long before.

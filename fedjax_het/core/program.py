@@ -16,7 +16,7 @@ step output `out` of steps h−1, 2h−1, … (`ClientOutput.emitted`, leaves
 
 `sequence(p1, p2, ...)` runs programs in turn on one `LocalModel` (e.g.
 Co-S²P's mask phase, then its weight phase); phase i > 0 draws its
-minibatches and step keys from the plan's key with i folded in.
+minibatches and step keys from `phase_key(plan.key, i)`.
 
 `sgd_program` builds today's local solver: optax steps on the trainable part
 of the `LocalModel` (the params and the client's persistent state), with the
@@ -31,15 +31,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_het.core import batching
+from fedjax_het.core import batching, key_streams
 from fedjax_het.core.state import ClientOutput, ClientPlan, StepContext
 
 PyTree = Any
-# Stream of per-step keys, folded into the client's key apart from the epoch
-# permutations of `batching` (epochs never reach this index).
-_STEP_KEY_STREAM = 2**31 - 1
-# Folded into the client's key for phases after the first of a sequence.
-_PHASE_STREAM = 2**31 - 2
 # make_optimizer(lr) -> optax transformation; lr may be a traced scalar.
 OptimizerFactory = Callable[[jax.Array], optax.GradientTransformation]
 
@@ -259,7 +254,7 @@ def sgd_program(loss: ProgramLoss, make_optimizer: OptimizerFactory, *,
   def step(carry, batch, plan, ctx):
     x = batch.x
     if augment is not None:
-      x = augment(jax.random.fold_in(ctx.key, 1), x)
+      x = augment(key_streams.fold(ctx.key, key_streams.Stream.AUGMENT), x)
 
     def objective(trained):
       return loss(combine(trained, carry.frozen), x, batch.y, plan, ctx)
@@ -301,7 +296,7 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
   row = data.client_row(plan.client_id)  # the id; its cohort row if streamed
   count = jnp.asarray(data.counts)[row]
   epochs_bound = batching.epochs_per_batch(program.batch_size, min_count)
-  step_keys = jax.random.fold_in(key, _STEP_KEY_STREAM)
+  step_keys = key_streams.fold(key, key_streams.Stream.STEP_KEYS)
   steps = jnp.where(plan.is_active(), program.active_steps(plan), 0)
 
   def one_step(state, s):
@@ -363,6 +358,16 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
                       emitted_active)
 
 
+def phase_key(key: jax.Array, phase: int) -> jax.Array:
+  """The key phase `phase` of a sequence draws its minibatches and step keys
+  from: the client's key `key` for the first, its `PHASES` stream with the
+  phase folded in for the others (`core.key_streams`)."""
+  if phase == 0:
+    return key
+  return jax.random.fold_in(
+      key_streams.fold(key, key_streams.Stream.PHASES), phase)
+
+
 def run_program(program: ClientProgram | ProgramSequence, start: LocalModel,
                 plan: ClientPlan, data, *, min_count: int) -> ClientOutput:
   """Runs a client's program from `start` on its rows of `data`.
@@ -385,9 +390,8 @@ def run_program(program: ClientProgram | ProgramSequence, start: LocalModel,
       program,)
   local, loss_sum, steps, examples, emitted, active = start, 0.0, 0, 0, [], []
   for i, phase in enumerate(phases):
-    key = plan.key if i == 0 else jax.random.fold_in(plan.key,
-                                                     _PHASE_STREAM + i)
-    result = _run_phase(phase, local, plan, data, key, min_count)
+    result = _run_phase(phase, local, plan, data, phase_key(plan.key, i),
+                        min_count)
     local = result.end
     loss_sum = loss_sum + result.loss_sum
     steps = steps + result.steps_run

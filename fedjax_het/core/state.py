@@ -10,6 +10,8 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from fedjax_het.core import key_streams
+
 PyTree = Any
 
 
@@ -40,15 +42,16 @@ class ServerState:
   clients: PyTree = None
 
 
-def round_key(state: ServerState, stream: int | None = None) -> jax.Array:
+def round_key(state: ServerState,
+              stream: key_streams.Stream | None = None) -> jax.Array:
   """Key of round `state.round`, or of one named `stream` of its draws.
 
   Every random draw of a round derives from `fold_in(state.key, round)`; an
   algorithm's independent streams (systems draws, partitions, channel noise)
-  fold a constant of their own into it.
+  are named streams of it (`core.key_streams`, parent `round`).
   """
   key = jax.random.fold_in(state.key, state.round)
-  return key if stream is None else jax.random.fold_in(key, stream)
+  return key if stream is None else key_streams.fold(key, stream)
 
 
 @flax.struct.dataclass

@@ -41,10 +41,12 @@ def crop24_jitter(key: jax.Array, images: jax.Array) -> jax.Array:
   contrast factor U(0.2, 1.8) about the image's grey mean (torchvision's
   ColorJitter order: brightness, then contrast), clipped to [0, 1]."""
   batch, height, width, channels = images.shape
-  crop_key, flip_key, bright_key, contrast_key = jax.random.split(key, 4)
+  # Part 4 for the left offsets: a sampler consumes its key's parts 0 and 1
+  # (randint splits it), so crop_key's part 1 is not free for them.
+  crop_key, flip_key, bright_key, contrast_key, left_key = jax.random.split(
+      key, 5)
   top = jax.random.randint(crop_key, (batch,), 0, height - _CROP24 + 1)
-  left = jax.random.randint(jax.random.fold_in(crop_key, 1), (batch,), 0,
-                            width - _CROP24 + 1)
+  left = jax.random.randint(left_key, (batch,), 0, width - _CROP24 + 1)
   flips = jax.random.bernoulli(flip_key, 0.5, (batch,))
   bright = jax.random.uniform(bright_key, (batch, 1, 1, 1), minval=0.5,
                               maxval=1.5)
