@@ -13,7 +13,9 @@ from fedjax_het import config as config_lib
 from fedjax_het import run
 from fedjax_het.algorithms.cos2p import Cos2pOptions
 from fedjax_het.data import sources
-from fedjax_het.systems import vit_cost
+from script_utils import load_script
+
+paper_settings = load_script('experiments/cos2p/paper_settings.py')
 
 tf = pytest.importorskip('tensorflow')
 tfds = pytest.importorskip('tensorflow_datasets')
@@ -125,8 +127,8 @@ def test_experiment_configs_load_and_validate(name):
   config = cli.load_config(path)
   config_lib.validate(config)
   options = Cos2pOptions.from_config(config)
-  clients = vit_cost.paper_clients(name)
-  paper = vit_cost.paper_experiment(name)
+  clients = paper_settings.paper_clients(name)
+  paper = paper_settings.paper_experiment(name)
   assert config.num_clients == config.clients_per_round == len(clients)
   assert list(config.client_sizes) == [c.dataset_size for c in clients]
   assert list(options.budgets) == [c.budget for c in clients]

@@ -12,10 +12,12 @@ from fedjax_het import config as config_lib
 from fedjax_het import run
 from fedjax_het.data.federated import holdout_split
 from fedjax_het.data.partition import sized_dirichlet
-from fedjax_het.systems import vit_cost
+from script_utils import load_script
+
+paper_settings = load_script('experiments/cos2p/paper_settings.py')
 
 # Co-S²P E1 (Tab. 7): one NX 8G, three AGX 32G, four AGX 64G, in type order.
-E1_SIZES = [c.dataset_size for c in vit_cost.paper_clients('E1')]
+E1_SIZES = [c.dataset_size for c in paper_settings.paper_clients('E1')]
 
 
 def imagenet_like_labels(classes=200, per_class=1300, seed=0):

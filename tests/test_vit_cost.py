@@ -5,6 +5,9 @@ import pytest
 
 from fedjax_het.options import ConfigError
 from fedjax_het.systems import vit_cost as vc
+from script_utils import load_script
+
+paper_settings = load_script('experiments/cos2p/paper_settings.py')
 
 VIT_B16 = vc.ViTShape(depth=12, hidden=768, mlp=3072, heads=12, patch=16,
                       image=224, num_classes=1000)
@@ -123,10 +126,10 @@ def test_cos2p_windows_share_a_rolling_offset():
 
 
 def test_fit_hits_the_papers_fedavg_ru():
-  experiment = vc.paper_experiment('E1')
-  ratio = vc.fit_speed_ratio(experiment)
+  experiment = paper_settings.paper_experiment('E1')
+  ratio = paper_settings.fit_speed_ratio(experiment)
   assert ratio == pytest.approx(0.134, abs=0.005)  # spec: ≈ 0.13
-  schedule = vc.simulate_method(experiment, 'fedavg', rounds=2,
+  schedule = paper_settings.simulate_method(experiment, 'fedavg', rounds=2,
                                 speeds=vc.nx_ratio_speeds(ratio))
   assert 100 * schedule.ru_eq17() == pytest.approx(63.5, abs=0.5)
   assert 100 * schedule.ru_busy() == pytest.approx(63.5, abs=0.5)
@@ -136,15 +139,15 @@ def test_cos2p_uses_less_memory_and_time_than_fedrolex_on_every_device():
   # The model does not reproduce the paper's uniform ≈ −22% / −24%: the
   # R = 0.5625 boards get ≈ −24.5% memory and ≈ −19.5% time, smaller budgets
   # much more (experiments/cos2p/analytic_claims.py prints the table).
-  for name in vc.PAPER_EXPERIMENTS:
-    for row in vc.compare_devices(vc.paper_experiment(name)):
+  for name in paper_settings.PAPER_EXPERIMENTS:
+    for row in paper_settings.compare_devices(paper_settings.paper_experiment(name)):
       assert row.memory_change < -20 and row.time_change < -15, row
 
 
 def test_paper_clients():
-  e2 = vc.paper_clients('E2')
+  e2 = paper_settings.paper_clients('E2')
   assert [c.device for c in e2].count('agx64') == 10 and len(e2) == 16
-  assert e2[0] == vc.ClientSpec('nx8', 6285, 0.0625, 8)
+  assert e2[0] == paper_settings.ClientSpec('nx8', 6285, 0.0625, 8)
   assert e2[0].train_samples == 5028
 
 
@@ -169,15 +172,15 @@ def test_device_speeds_can_be_overridden():
     (lambda: vc.device('tx2'), "unknown device type 'tx2'; known types are "
      'nx8, nx16, agx32, agx64'),
     (lambda: vc.device('nx8', {'orin': 1.0}), "unknown device type 'orin'"),
-    (lambda: vc.paper_clients('E4'), "unknown experiment 'E4'"),
+    (lambda: paper_settings.paper_clients('E4'), "unknown experiment 'E4'"),
     (lambda: vc.client_cost(SMALL, vc.Submodel(frozen=3, trainable=2), 1),
      'does not fit in depth 4'),
     (lambda: vc.round_seconds(SMALL, vc.Submodel(0, 1), vc.device('nx8'),
                               train_samples=4, batch=2, epochs=1,
                               mask_epochs=1), 'mask_epochs 1 needs'),
-    (lambda: vc.method_submodel(vc.paper_experiment('E1'), 'sgd', 0, 0),
+    (lambda: paper_settings.method_submodel(paper_settings.paper_experiment('E1'), 'sgd', 0, 0),
      "unknown method 'sgd'"),
-    (lambda: vc.fit_speed_ratio(vc.paper_experiment('E1'), 99.0),
+    (lambda: paper_settings.fit_speed_ratio(paper_settings.paper_experiment('E1'), 99.0),
      'target_ru 99.0 is outside'),
 ])
 def test_bad_inputs_fail_clearly(call, message):

@@ -18,6 +18,8 @@ import numpy as np
 
 from fedjax_het.systems import vit_cost
 
+import paper_settings
+
 ROUNDS = 40
 SIGMA = 0.05
 PAPER_MEMORY_CHANGE = -22.0  # % vs FedRolex
@@ -30,7 +32,7 @@ def print_devices(experiment, speeds) -> tuple[list[float], list[float]]:
   print(f'  {"device":7s} {"memory GiB: Co-S²P":>19s} {"FedRolex":>9s} '
         f'{"change":>8s} | {"s/round: Co-S²P":>16s} {"(q<Q̂)":>8s} '
         f'{"FedRolex":>9s} {"change":>8s}')
-  rows = vit_cost.compare_devices(experiment, speeds)
+  rows = paper_settings.compare_devices(experiment, speeds)
   for row in rows:
     print(f'  {row.device:7s} {row.cos2p_memory / GIB:19.2f} '
           f'{row.fedrolex_memory / GIB:9.2f} {row.memory_change:7.1f}% | '
@@ -45,8 +47,8 @@ def print_ru(experiment, speeds) -> dict[str, float]:
   ru = {}
   print(f'  {"method":9s} {"RU Eq.17":>9s} {"busy":>6s} {"paper":>6s} '
         f'{"max τ":>6s}')
-  for method in vit_cost.METHODS:
-    schedule = vit_cost.simulate_method(experiment, method, rounds=ROUNDS,
+  for method in paper_settings.METHODS:
+    schedule = paper_settings.simulate_method(experiment, method, rounds=ROUNDS,
                                         speeds=speeds, sigma=SIGMA)
     ru[method] = 100 * schedule.ru_eq17()
     print(f'  {method:9s} {ru[method]:9.1f} {100 * schedule.ru_busy():6.1f} '
@@ -69,9 +71,9 @@ def verdict(claim: str, model: list[float], paper: float) -> None:
 
 
 def main():
-  for name in vit_cost.PAPER_EXPERIMENTS:
-    experiment = vit_cost.paper_experiment(name)
-    ratio = vit_cost.fit_speed_ratio(experiment)
+  for name in paper_settings.PAPER_EXPERIMENTS:
+    experiment = paper_settings.paper_experiment(name)
+    ratio = paper_settings.fit_speed_ratio(experiment)
     speeds = vit_cost.nx_ratio_speeds(ratio)
     print(f'{name}: {experiment.model}, {len(experiment.clients)} clients, '
           f'μ = {experiment.mu}, T_clk = {experiment.t_clk:g} s, '

@@ -14,6 +14,8 @@ from fedjax_het import algorithms, run
 from fedjax_het.config import base_config
 from fedjax_het.systems import vit_cost
 
+import paper_settings
+
 COLUMNS = (
     ('server top-1', 'final/test_accuracy'),
     ('server top-5', 'final/top5_accuracy'),
@@ -69,7 +71,7 @@ def clock_scales(batch: int) -> tuple[float, float]:
   """(FLOP/s scale, bandwidth in bit/s) that make an AGX64 board's FedAvg
   (Full) round on the scaled model and data take E1's paper-scale compute
   time and transfer time (`systems.vit_cost`)."""
-  e1 = vit_cost.paper_experiment('E1')
+  e1 = paper_settings.paper_experiment('E1')
   scaled_shape = vit_cost.ViTShape(image=8, channels=1, num_classes=10, **VIT)
   full = lambda shape: vit_cost.Submodel(0, shape.depth, train_embedding=True)
   paper = vit_cost.client_cost(e1.shape, full(e1.shape), 128)
@@ -126,8 +128,8 @@ def paper_config(experiment: str, *, dataset_options: dict, init_params_file: st
                  rounds: int, client_lr: float, mask_lr: float, lambda_budget: float,
                  lambda_kd: float):
   """Co-S²P at paper scale (App. E, Tab. 6/7). The clients, model, μ, T_clk, E, Q̂ and Ê come
-  from `vit_cost.PAPER_EXPERIMENTS[experiment]`; the rest is each experiment's own."""
-  setting = vit_cost.paper_experiment(experiment)
+  from `paper_settings.PAPER_EXPERIMENTS[experiment]`; the rest is each experiment's own."""
+  setting = paper_settings.paper_experiment(experiment)
   clients = setting.clients
   config = base_config()
   config.algorithm = 'cos2p'

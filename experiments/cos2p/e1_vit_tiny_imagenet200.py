@@ -49,7 +49,7 @@ Paper setting (App. E, Tab. 6/7)                  → our keys
   E = 5, Q̂ = 20, Ê = 5, mask lr 0.01                cos2p.epochs, mask_rounds, mask_epochs, mask_lr
   λ1 = 1.0, λ2 = 0.2, t = 3                          cos2p.lambda_budget, lambda_kd, temperature
   μ = 0.5, T_clk = 60 s                              cos2p.mu, cos2p.t_clk
-The per-client lists come from fedjax_het.systems.vit_cost.paper_clients('E1') (Tab. 7).
+The per-client lists come from paper_settings.paper_clients('E1') (Tab. 7).
 
 Deviations: one batch size for every client, 32 (our engine has one; Tab. 7 uses B = 8 / 64 /
 128 by type), which the simulated clock also uses. The whole train pool of the 200 classes
