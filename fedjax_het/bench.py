@@ -59,8 +59,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het import algorithms, models, run
-from fedjax_het.algorithms.hist import HierarchyOptions
+from fedjax_het import methods, models, run
+from fedjax_het.methods.hist.hist import HierarchyOptions
 from fedjax_het.config import base_config
 from fedjax_het.core import sharding
 from fedjax_het.core.stream import CohortStream
@@ -187,7 +187,7 @@ def _config(workload: Workload, backend: str, algorithm: str, client_devices: in
   config.model_options = dict(workload.model_options)
   if trains_every_client(algorithm):
     config.hierarchy.edge_rounds = 1
-  if algorithms.ALGORITHMS[algorithm].supports_capacities:
+  if methods.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
     config.submodel.scaler = 'norm' in workload.model_options
@@ -227,7 +227,7 @@ def round_timings(workload: Workload, seconds: list[float]) -> dict:
 
 def trains_every_client(algorithm: str) -> bool:
   """Whether the method's rounds train every client (the hierarchical ones)."""
-  return HierarchyOptions in algorithms.ALGORITHMS[algorithm].option_groups
+  return HierarchyOptions in methods.ALGORITHMS[algorithm].option_groups
 
 
 def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,
@@ -301,7 +301,7 @@ def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int
                                 **workload.model_options)
     init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
     params = models.init_params(model, init_key, workload.shape)
-    method = algorithms.create_algorithm(algorithm, config, model, data)
+    method = methods.create_algorithm(algorithm, config, model, data)
     runner = run.make_runner(config, method)
     stream = CohortStream(runner, data)
     state = initial_state(method, runner, params)
@@ -341,9 +341,9 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   if workload_name not in WORKLOADS:
     raise ValueError(f'unknown workload {workload_name!r}; choose one of '
                      f'{", ".join(WORKLOADS)}.')
-  if algorithm is not None and algorithm not in algorithms.ALGORITHMS:
+  if algorithm is not None and algorithm not in methods.ALGORITHMS:
     raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
-                     f'{", ".join(sorted(algorithms.ALGORITHMS))}.')
+                     f'{", ".join(sorted(methods.ALGORITHMS))}.')
   overrides = {k: v for k, v in overrides.items() if v is not None}
   for key, value in overrides.items():
     if value < 1:

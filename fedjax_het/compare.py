@@ -40,7 +40,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_het import plots, workdir as workdir_lib
-from fedjax_het.algorithms.submodels import capacity_key
+from fedjax_het.methods.fiarse.submodels import capacity_key
 from fedjax_het.config import ConfigError
 
 Column = tuple[str, str]

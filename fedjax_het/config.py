@@ -7,7 +7,7 @@ a typo never silently falls back to a default.
 
 The core keys are `CoreOptions` below. Each algorithm family declares its own
 section next to its code (`fedjax_het.options.OptionGroup`; e.g. `submodel` in
-`algorithms/submodels.py`, `hierarchy` in `algorithms/hist.py`) and checks it
+`methods/fiarse/submodels.py`, `hierarchy` in `methods/hist/hist.py`) and checks it
 when the algorithm is built; `base_config()` holds every section so that any
 experiment file can set any method's keys. `describe()` gives every key's
 one-line description (`fedjax-het --show-config`).
@@ -47,7 +47,7 @@ def _client_sizes(key: str, value) -> None:
 class CoreOptions(OptionGroup):
   """The keys every run has. Sizes are counts, rates are floats."""
   # What to run.
-  algorithm: str = option('fedavg', 'the federated method (fedjax_het.algorithms.ALGORITHMS)')
+  algorithm: str = option('fedavg', 'the federated method (fedjax_het.methods.ALGORITHMS)')
   seed: int = option(0, 'seed of the data split, the model init and every round\'s draws')
   # Data.
   dataset: str = option('digits', 'digits | synthetic | mnist | fashion_mnist | emnist | cifar10 | cifar100 | imagenet2012 (fedjax_het.data.DATASETS); with partition=natural: fed_emnist | fed_cifar100 | shakespeare | stackoverflow | sent140 | celeba (fedjax_het.data.natural, the `natural` section)')
@@ -126,9 +126,9 @@ class CoreOptions(OptionGroup):
 
 def option_groups() -> tuple[type[OptionGroup], ...]:
   """The algorithm families' sections, in registry order."""
-  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_het import methods  # pylint: disable=g-import-not-at-top
   from fedjax_het.data.natural import NaturalOptions  # pylint: disable=g-import-not-at-top
-  return (NaturalOptions, *algorithms.OPTION_GROUPS)
+  return (NaturalOptions, *methods.OPTION_GROUPS)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -198,11 +198,11 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """`config` validated (`validate`), with the options its method fixes
   written in (`FederatedAlgorithm.fix_options`): what the run trains with,
   as config.json and `--show-config` show it."""
-  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_het import methods  # pylint: disable=g-import-not-at-top
   check_known_keys(config, base_config())
   CoreOptions.from_config(config)
   try:
-    method = algorithms.algorithm_class(config.algorithm)
+    method = methods.algorithm_class(config.algorithm)
   except ValueError as e:
     raise ConfigError(str(e)) from e
   for group in method.option_groups:
@@ -218,7 +218,7 @@ def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
   section (`option_groups`) under another method, or `natural` without
   partition=natural. An option a run accepts changes what it does, or it is
   refused in one line, never ignored."""
-  from fedjax_het import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_het import methods  # pylint: disable=g-import-not-at-top
   for group in option_groups():
     if group in method.option_groups or (
         group.key == 'natural' and config.partition == 'natural'):
@@ -230,7 +230,7 @@ def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
     if group.key == 'natural':
       raise ConfigError(f'natural.{key} = {value!r} is set, but only '
                         'partition=natural reads the natural section.')
-    readers = [name for name, cls in algorithms.ALGORITHMS.items()
+    readers = [name for name, cls in methods.ALGORITHMS.items()
                if group in cls.option_groups]
     raise ConfigError(
         f'{group.key}.{key} = {value!r} is set, but {config.algorithm} does '

@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from fedjax_het import algorithms, config as config_lib, data as data_lib, \
+from fedjax_het import methods, config as config_lib, data as data_lib, \
     logging_writers, models, plots, sanity, workdir as workdir_lib
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.data import augment as augment_lib
@@ -105,7 +105,7 @@ def build_experiment(config: ml_collections.ConfigDict):
                                             image_shape=input_shape)
   if split.embeddings is not None:  # Sent140's GloVe vectors
     params = text_models.load_embeddings(params, split.embeddings)
-  algorithm = algorithms.create_algorithm(config.algorithm, config, model,
+  algorithm = methods.create_algorithm(config.algorithm, config, model,
                                           split.train)
   return split, model, params, algorithm
 
@@ -285,7 +285,7 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
                             json.loads(config_lib.base_config().to_json()))
   current = json.loads(config.to_json())
   resumable = _RESUMABLE_CHANGES
-  method = algorithms.ALGORITHMS.get(config.algorithm)
+  method = methods.ALGORITHMS.get(config.algorithm)
   if getattr(method, 'schedule_depends_on_rounds', False):
     resumable = tuple(k for k in resumable if k != 'rounds')
   changed = sorted(k for k in set(previous) | set(current)

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 from fedjax_het import models, run
-from fedjax_het.algorithms import FedAvg
+from fedjax_het.methods import FedAvg
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.config import base_config

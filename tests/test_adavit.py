@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine_utils import TINY_VIT, tiny_vit_config, vit_experiment
-from fedjax_het.algorithms import adavit
+from fedjax_het.methods.cos2p import adavit
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.models import vit
 from fedjax_het.options import ConfigError

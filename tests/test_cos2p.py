@@ -8,7 +8,7 @@ import pytest
 from engine_utils import (TINY_VIT, checkpoint_round_trip, committed,
                           tiny_vit_config, vit_experiment)
 from fedjax_het import config as config_lib
-from fedjax_het.algorithms import cos2p
+from fedjax_het.methods.cos2p import cos2p
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 from script_utils import load_script
@@ -287,7 +287,7 @@ def test_no_mask_rounds_is_charged_full_width():
 def test_self_distillation_is_eq3_as_written(monkeypatch):
   """Eq. 3: KL_i = Σ_j σ(ŷ_i/t)_j ln(σ(ŷ_i/t)_j / σ(ŷ_c/t)_j), i.e.
   KL(student‖teacher), by default and in the paper-scale configs."""
-  from fedjax_het.algorithms import self_distillation
+  from fedjax_het.methods import self_distillation
   assert cos2p.Cos2pOptions().kd_direction == 'paper'
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(3, 5, 4)).astype(np.float32)

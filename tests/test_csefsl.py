@@ -7,8 +7,8 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_het import algorithms, models
-from fedjax_het.algorithms import split_accounting as accounting
+from fedjax_het import methods, models
+from fedjax_het.methods.split import split_accounting as accounting
 from fedjax_het.config import base_config
 from fedjax_het.core import RoundRunner, batching
 from fedjax_het.data import FederatedData, augment
@@ -43,7 +43,7 @@ def build(algorithm='cse_fsl', config=None, **split):
   data = split_data()
   model = models.create_model('split_lenet5', 10)
   params = models.init_params(model, jax.random.PRNGKey(0), SHAPE)
-  method = algorithms.create_algorithm(config.algorithm, config, model, data)
+  method = methods.create_algorithm(config.algorithm, config, model, data)
   return method, method.init(params, jax.random.PRNGKey(1)), data
 
 
@@ -435,5 +435,5 @@ def test_split_method_with_a_non_split_model_fails_with_one_line():
   data = split_data()
   model = models.create_model('mlp', 10, hidden=(4,))
   with pytest.raises(ConfigError, match='config.model') as error:
-    algorithms.create_algorithm('cse_fsl', config, model, data)
+    methods.create_algorithm('cse_fsl', config, model, data)
   assert '\n' not in str(error.value)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedjax_het import models
-from fedjax_het.algorithms import ALGORITHMS
+from fedjax_het.methods import ALGORITHMS
 from fedjax_het.core import backends, batching, sampling
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import stacked_masks, tiny_config, tiny_data, tiny_fedavg
@@ -322,7 +322,7 @@ def test_bytes_are_counted_per_exchanged_model():
 def test_segments_of_disjoint_pieces_reassemble_to_the_single_segment_mean():
   """Cells training disjoint halves, summed by the cloud (HIST Eq. 7), equal
   one global partial average with the same masks."""
-  from fedjax_het.algorithms import FedAvg  # pylint: disable=g-import-not-at-top
+  from fedjax_het.methods import FedAvg  # pylint: disable=g-import-not-at-top
 
   class HalvesBySlot(FedAvg):
     def plan_clients(self, state, ids, keys):

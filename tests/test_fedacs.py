@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, cli, models, run
-from fedjax_het.algorithms import FEDACS_FAMILY
-from fedjax_het.algorithms.base import FederatedAlgorithm
-from fedjax_het.algorithms.systems_aware import FedAvgHet
+from fedjax_het import methods, cli, models, run
+from fedjax_het.methods import FEDACS_FAMILY
+from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.fedacs.systems_aware import FedAvgHet
 from fedjax_het.core import program
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
@@ -360,7 +360,7 @@ def test_reliable_links_and_equal_work_are_the_engines_fedavg():
   for method, backend in (('fedavg_het', 'vmap'), ('fedavg_het', 'sequential'),
                           ('fedacs', 'vmap')):
     config = tiny_config(algorithm=method, aggregation_weights='examples')
-    het = algorithms.create_algorithm(method, config, engine.model, data)
+    het = methods.create_algorithm(method, config, engine.model, data)
     got, metrics = run_copy(het, state, data, backend)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6),
                  got.params, expected.params)
@@ -381,7 +381,7 @@ def test_dynamic_systems_are_drawn_in_the_round_and_fedacs_follows_them():
   config.systems.dynamic_work = ((1, 3), (5, 8))
   data = tiny_data()
   model = models.create_model('mlp', 3, hidden=(7,))
-  algorithm = algorithms.create_algorithm('fedacs', config, model, data)
+  algorithm = methods.create_algorithm('fedacs', config, model, data)
   params = models.init_params(model, jax.random.PRNGKey(0), (5,))
   state = algorithm.init(params, jax.random.PRNGKey(1))
   plan = jax.jit(algorithm.plan_round)
@@ -419,7 +419,7 @@ def test_bad_systems_for_a_method_fail_clearly(method, overrides, message):
   config = tiny_config(algorithm=method)
   config.systems.update(overrides)
   with pytest.raises(ValueError, match=message):
-    algorithms.create_algorithm(method, config, TINY_MLP, tiny_data())
+    methods.create_algorithm(method, config, TINY_MLP, tiny_data())
 
 
 @pytest.mark.parametrize('method, fedacs, top, message', [
@@ -436,7 +436,7 @@ def test_bad_method_options_fail_clearly(method, fedacs, top, message):
   config = tiny_config(algorithm=method, **top)
   config.fedacs.update(fedacs)
   with pytest.raises(ValueError, match=message):
-    algorithms.create_algorithm(method, config, TINY_MLP, tiny_data())
+    methods.create_algorithm(method, config, TINY_MLP, tiny_data())
 
 
 def test_trainer_reports_communication_and_computation_and_resumes(tmp_path):

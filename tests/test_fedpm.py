@@ -8,7 +8,7 @@ import pytest
 
 from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het import evaluation
-from fedjax_het.algorithms.fedpm import FedPM
+from fedjax_het.methods.cos2p.fedpm import FedPM
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientOutput, StepContext

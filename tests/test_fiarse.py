@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, evaluation, models
-from fedjax_het.algorithms.submodels import level_of_clients
+from fedjax_het import methods, evaluation, models
+from fedjax_het.methods.fiarse.submodels import level_of_clients
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import stacked_masks, tiny_config, tiny_data, tiny_fedavg
 
@@ -26,7 +26,7 @@ def make(name, data=None, seed=0, **overrides):
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
   params = models.init_params(model, jax.random.PRNGKey(seed),
                               data.x.shape[2:])
-  algorithm = algorithms.create_algorithm(name, config, model, data)
+  algorithm = methods.create_algorithm(name, config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(seed + 1)), data
 
 
@@ -231,14 +231,14 @@ def test_global_test_client_shards_is_the_shards_in_client_order():
   model = models.create_model('mlp', 10, hidden=(8,))
   params = models.init_params(model, jax.random.PRNGKey(0), (64,))
   config.num_clients = 10
-  algorithm = algorithms.create_algorithm('fiarse', config, model, split.train)
+  algorithm = methods.create_algorithm('fiarse', config, model, split.train)
   got = algorithm.evaluator(split)(params)
   want = evaluation.make_evaluator(lambda p, b: model.apply({'params': p}, b), x, y, 20)(
       algorithm._eval_params(params, 1.0))
   np.testing.assert_allclose(got['accuracy@1'], want['accuracy'], rtol=1e-6)
   config.local_test = False
   with pytest.raises(ValueError, match="global_test='client_shards' needs local_test"):
-    algorithms.create_algorithm('fiarse', config, model, split.train)
+    methods.create_algorithm('fiarse', config, model, split.train)
 
 
 def test_pruning_greedy_keeps_the_mask_and_plain_gradient():

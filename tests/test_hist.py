@@ -12,7 +12,7 @@ import pytest
 from fedjax_het import cli, models
 from fedjax_het import run as trainer
 from fedjax_het import workdir as workdir_lib
-from fedjax_het.algorithms import ALGORITHMS, FedAvg
+from fedjax_het.methods import ALGORITHMS, FedAvg
 from fedjax_het.core import aggregation, batching
 from fedjax_het.core.state import ClientOutput
 from fedjax_het.core.rounds import RoundRunner

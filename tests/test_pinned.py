@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 from fedjax_het import models
-from fedjax_het.algorithms import ALGORITHMS
+from fedjax_het.methods import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from engine_utils import tiny_config, tiny_data
 from script_utils import child_report

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_het.algorithms import FedAvg
+from fedjax_het.methods import FedAvg
 from fedjax_het.core import aggregation, backends, program
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan

@@ -8,7 +8,7 @@ import pytest
 
 from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het import run
-from fedjax_het.algorithms import prunefl
+from fedjax_het.methods.cos2p import prunefl
 from fedjax_het.core.rounds import RoundRunner
 
 KINDS = ('heads', 'proj', 'fc1', 'fc2')

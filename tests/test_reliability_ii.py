@@ -10,7 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from fedjax_het import algorithms, cli, compare, models, run, sanity
+from fedjax_het import methods, cli, compare, models, run, sanity
 from fedjax_het.data import FederatedData, FederatedSplit
 from engine_utils import tiny_config
 from test_reliability import one_line_error
@@ -55,7 +55,7 @@ def test_a_memmapped_federation_is_checked_where_it_meets_the_model(
   data = memmapped(tmp_path, **changes)
   model = models.create_model('mlp', 5, hidden=(4,))
   with pytest.raises(ValueError, match='federated data: ') as raised:
-    algorithms.create_algorithm('fedavg', tiny_config(), model, data)
+    methods.create_algorithm('fedavg', tiny_config(), model, data)
   assert message in str(raised.value) and '\n' not in str(raised.value)
 
 

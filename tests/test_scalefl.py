@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, cli, models
-from fedjax_het.algorithms.scalefl import depth_and_width
+from fedjax_het import methods, cli, models
+from fedjax_het.methods.fiarse.scalefl import depth_and_width
 from fedjax_het.config import base_config
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.data import FederatedData
@@ -31,7 +31,7 @@ def make(**overrides):
   data = tiny_data()
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
   params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-  algorithm = algorithms.create_algorithm('scalefl', config, model, data)
+  algorithm = methods.create_algorithm('scalefl', config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
 
 
@@ -74,7 +74,7 @@ def resnet18_scalefl(levels, num_classes=10, **submodel):
   data = FederatedData(x=np.zeros((5, 1, 32, 32, 3), np.float32),
                        y=np.zeros((5, 1), np.int32),
                        counts=np.ones(5, np.int32))
-  return algorithms.ScaleFL(config, ShapesOnly(model), data)
+  return methods.ScaleFL(config, ShapesOnly(model), data)
 
 
 def held_fraction(algorithm, depth, rate):
@@ -140,7 +140,7 @@ def lenet():
                        y=np.zeros((6, 1), np.int32),
                        counts=np.ones(6, np.int32))
   model = models.create_model('lenet5', 10, exits=True)
-  return algorithms.ScaleFL(config, ShapesOnly(model), data)
+  return methods.ScaleFL(config, ShapesOnly(model), data)
 
 
 def test_trunk_is_sliced_as_in_the_model_without_exits(lenet):
@@ -356,7 +356,7 @@ def test_trainer_runs_scalefl_from_the_command_line(tmp_path):
 
 def test_bad_setups_fail_clearly(tmp_path, capsys):
   with pytest.raises(ValueError, match='model_options.exits=True'):
-    algorithms.ScaleFL(tiny_config(algorithm='scalefl'),
+    methods.ScaleFL(tiny_config(algorithm='scalefl'),
                        models.create_model('mlp', 3, hidden=(8,)), tiny_data())
   for key, value in [('scalefl_depth_tolerance', 0.0),
                      ('scalefl_kd_weight', 1.5),

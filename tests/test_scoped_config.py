@@ -5,7 +5,7 @@ import pytest
 
 from fedjax_het import cli
 from fedjax_het import config as config_lib
-from fedjax_het.algorithms import ALGORITHMS
+from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from test_reliability import one_line_error
 from test_run import QUICK

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, models, run
-from fedjax_het.algorithms import FedAvg
+from fedjax_het import methods, models, run
+from fedjax_het.methods import FedAvg
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.stream import CohortMismatch, CohortStream
 from fedjax_het.data import FederatedData
@@ -20,12 +20,12 @@ def host_data(**kwargs):
 def build(name, data, **overrides):
   """(algorithm, state) of method `name` on `data`."""
   config = tiny_config(**overrides)
-  if algorithms.ALGORITHMS[name].supports_capacities:
+  if methods.ALGORITHMS[name].supports_capacities:
     config.capacities = (0.5, 1.0)
     config.submodel.scaler = False
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
   params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-  algorithm = algorithms.create_algorithm(name, config, model, data)
+  algorithm = methods.create_algorithm(name, config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(1))
 
 

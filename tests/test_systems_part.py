@@ -9,7 +9,7 @@ import pytest
 
 from engine_utils import tiny_config, tiny_data
 from fedjax_het import models
-from fedjax_het.algorithms import ALGORITHMS
+from fedjax_het.methods import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 

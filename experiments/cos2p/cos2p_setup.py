@@ -10,7 +10,7 @@ Co-S²P's config into any row of Tables 1–2 (`TABLE_ROWS`).
 import ml_collections
 import numpy as np
 
-from fedjax_het import algorithms, run
+from fedjax_het import methods, run
 from fedjax_het.config import base_config
 from fedjax_het.systems import vit_cost
 
@@ -40,7 +40,7 @@ MAX_ROUNDS = 2000
 
 
 # Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is μ = 1/N, T_clk = 0; the baselines fix
-# their own μ = 1, T_clk = 0 (`algorithms.cos2p.SYNCHRONOUS_BASELINE`).
+# their own μ = 1, T_clk = 0 (`methods.cos2p.SYNCHRONOUS_BASELINE`).
 TABLE_ROWS = {
     'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
     'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit', 'fedpm': 'fedpm',
@@ -54,7 +54,7 @@ def table_row(config, label: str):
   row.algorithm = TABLE_ROWS[label]
   # A baseline trains with its fixed options (e.g. μ = 1, λ2 = 0), whatever
   # Co-S²P's row sets: its config says so.
-  row.cos2p.update(algorithms.algorithm_class(row.algorithm).fixed_options)
+  row.cos2p.update(methods.algorithm_class(row.algorithm).fixed_options)
   if label == 'cos2p_async':
     row.cos2p.update(mu=1.0 / row.num_clients, t_clk=0.0)
   if row.algorithm == 'vit_fedavg_adavit':

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from fedjax_het import cli, run
-from fedjax_het.algorithms import fsl_baselines
+from fedjax_het.methods.split import fsl_baselines
 from fedjax_het.core.rounds import RoundRunner
 
 

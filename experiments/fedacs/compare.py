@@ -29,7 +29,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-from fedjax_het import algorithms, cli, compare, run  # pylint: disable=g-import-not-at-top
+from fedjax_het import cli, compare, run  # pylint: disable=g-import-not-at-top
+from fedjax_het.methods import ALGORITHMS  # pylint: disable=g-import-not-at-top
 from fedjax_het.config import ConfigError  # pylint: disable=g-import-not-at-top
 
 USAGE = __doc__.split('\n\n')[1]
@@ -126,7 +127,7 @@ def markdown_table(stats: dict[str, dict], target: float) -> str:
     if s['diverged']:
       accuracy += f' [{s["diverged"]}/{s["runs"]} diverged]'
     lines.append(
-        f'| {algorithms.ALGORITHMS[name].display_name} | {accuracy} | '
+        f'| {ALGORITHMS[name].display_name} | {accuracy} | '
         f'{cell(name, "rounds")} | {cell(name, "bytes_up", 1e6, "{:.2f}")} | '
         f'{cell(name, "local_steps")} |')
   return '\n'.join(lines)
@@ -141,7 +142,7 @@ def plot_accuracy(curves: dict[str, list[list[dict]]], target: float,
     rounds = [r['round'] for r in runs[0][:length]]
     accuracy = np.mean([[r['test_accuracy'] for r in rows[:length]]
                         for rows in runs], axis=0)
-    ax.plot(rounds, accuracy, label=algorithms.ALGORITHMS[name].display_name)
+    ax.plot(rounds, accuracy, label=ALGORITHMS[name].display_name)
   if target:
     ax.axhline(target, color='gray', linestyle=':', linewidth=1)
   ax.set(xlabel='round', ylabel='test accuracy (mean over seeds)', title=title)

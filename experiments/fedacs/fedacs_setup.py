@@ -23,7 +23,7 @@ model:
 """
 import ml_collections
 
-from fedjax_het.algorithms import FEDACS_FAMILY
+from fedjax_het.methods import FEDACS_FAMILY
 from fedjax_het.config import base_config
 
 # Table 1's metrics as `fedjax_het.compare` columns: accuracy (App. I.3.4) and

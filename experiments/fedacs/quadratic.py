@@ -26,7 +26,8 @@ import json
 import os
 import sys
 
-from fedjax_het import algorithms, cli
+from fedjax_het import cli
+from fedjax_het.methods import FEDACS_FAMILY
 from fedjax_het.config import ConfigError
 import quadratic_toy as quadratic
 
@@ -35,10 +36,10 @@ USAGE = __doc__.split('\n\n')[1]
 
 def check_methods(methods) -> None:
   """ConfigError unless `methods` are FedACS-family methods (the toy's)."""
-  unknown = [m for m in methods if m not in algorithms.FEDACS_FAMILY]
+  unknown = [m for m in methods if m not in FEDACS_FAMILY]
   if not methods or unknown:
     raise ConfigError(
-        f'methods must be a non-empty tuple of {", ".join(algorithms.FEDACS_FAMILY)}'
+        f'methods must be a non-empty tuple of {", ".join(FEDACS_FAMILY)}'
         f' (the methods with systems heterogeneity), got {tuple(methods)!r}.')
 
 

@@ -4,7 +4,7 @@ M clients hold F_m(X) = ½‖X − E_m‖² (E_m scalars or vectors of one lengt
 equal importance ω_m = 1/M) with deterministic gradients: client m's only
 example is E_m. Upload failure probabilities q_m and local work T_m come from
 the engine's systems model (`config.systems`: static lists, per-round
-dynamic draws, ...). The methods are the real `fedjax_het.algorithms`
+dynamic draws, ...). The methods are the real `fedjax_het.methods`
 classes with this objective mixed in, run through the round engine.
 
 A client that runs its solver from X returns U_m = c_m (E_m − X), with the
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het import algorithms
+from fedjax_het import methods
 from fedjax_het.config import base_config, validate
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.data import FederatedData
@@ -47,7 +47,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.client_lr = 0.01
   c.rounds = 4000
   c.clients_per_round = 5
-  c.methods = algorithms.FEDACS_FAMILY
+  c.methods = methods.FEDACS_FAMILY
   c.seed = 0
   c.calibrate = False          # App. I.2 step-length calibration
   c.participation = 'with_replacement'
@@ -144,10 +144,10 @@ def algorithm_config(config: ml_collections.ConfigDict,
 
 def quadratic_algorithm(config: ml_collections.ConfigDict, data):
   """The registered method `config.algorithm` with the quadratic objective."""
-  if config.algorithm not in algorithms.ALGORITHMS:
+  if config.algorithm not in methods.ALGORITHMS:
     raise ValueError(f'unknown method {config.algorithm!r}; choose from '
-                     f'{", ".join(algorithms.FEDACS_FAMILY)}.')
-  cls = algorithms.ALGORITHMS[config.algorithm]
+                     f'{", ".join(methods.FEDACS_FAMILY)}.')
+  cls = methods.ALGORITHMS[config.algorithm]
   toy = type(f'Quadratic{cls.__name__}', (QuadraticObjective, cls), {})
   return toy(config, None, data)
 

@@ -36,7 +36,7 @@ class LeNet5(nn.Module):
   Dense on fc1's activations; the fourth exit is `head`. `apply` then returns the logits of all
   four exits stacked [4, N, num_classes], deepest last. The exits add (6 + 16 + 120)·classes +
   3·classes params: 1,450 for 10 classes (63,156 on 28x28x1 classic). Parameters are created in
-  forward order, which `fedjax_het.algorithms.scalefl` reads to tell which exit each layer feeds.
+  forward order, which `fedjax_het.methods.fiarse.scalefl` reads to tell which exit each layer feeds.
   """
 
   num_classes: int

@@ -21,7 +21,7 @@ class MLP(nn.Module):
   fc{k}'s activations (h_k·classes + classes params, e.g. 2,010 more for (200, 200) and 10
   classes: 201,220); the K-th exit is `head`. `apply` then returns the logits of all K exits
   stacked [K, N, num_classes], deepest last. Parameters are created in forward order (fc1, exit1,
-  fc2, ...), which `fedjax_het.algorithms.scalefl` reads to tell which exit each layer feeds.
+  fc2, ...), which `fedjax_het.methods.fiarse.scalefl` reads to tell which exit each layer feeds.
   """
 
   hidden: Sequence[int]

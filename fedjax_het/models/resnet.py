@@ -56,7 +56,7 @@ class ResNet18(nn.Module):
   [4, N, num_classes], deepest last. The exits add C_s·classes + classes for C_s = 64, 128, 256
   (times `width`): 4,510 params for 10 classes (11,178,472 in all with static BN), 45,100 for 100.
   Parameters are created in forward order (stem, stage1, exit1, stage2, exit2, ...), which
-  `fedjax_het.algorithms.scalefl` reads to tell which exit each module feeds.
+  `fedjax_het.methods.fiarse.scalefl` reads to tell which exit each module feeds.
   `conv_impl` (layers.CONV_IMPLS) picks XLA's convolutions or im2col matmuls; parameters and
   results are the same.
   """

@@ -31,7 +31,7 @@ The L blocks' parameters are stacked (leaves [L, ...]) and run in one
 deepest exit's [B, C].
 
 Built with `decisions=True`, the model also holds AdaViT's decision networks
-(Meng et al., CVPR 2022; `fedjax_het.algorithms.adavit`): per block l, linear
+(Meng et al., CVPR 2022; `fedjax_het.methods.cos2p.adavit`): per block l, linear
 maps of the block input's CLS token to one logit per head and one per
 sub-layer (MSA, MLP), and of every LayerNorm-ed patch token to one logit.
 `apply(..., decide=Decide(...))` turns them into per-input 0/1 gates

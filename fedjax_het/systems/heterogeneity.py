@@ -50,7 +50,7 @@ MODELS = ('static', 'dynamic', 'markov', 'trace')
 class SystemsOptions(OptionGroup):
   """`config.systems`: every round each client m has an upload failure
   probability q_m and local work T_m (read by FedAvg, the submodel and FedACS
-  families: the systems part of `algorithms.base`); checked
+  families: the systems part of `methods.base`); checked
   against the clients by `Heterogeneity.from_config`."""
   key = 'systems'
   model: str = option('static', 'how q and T evolve: static | dynamic | markov | trace', choices=MODELS)

@@ -25,8 +25,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.reweighted import communication_aware_lr_scale
-from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.methods.fedacs.reweighted import communication_aware_lr_scale
+from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
 from fedjax_het.core import client_state
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.systems.heterogeneity import SystemsRound

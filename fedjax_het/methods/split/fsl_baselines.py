@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_het.algorithms import split_accounting as accounting
-from fedjax_het.algorithms.split_learning import SplitLearning, slot_order
+from fedjax_het.methods.split import split_accounting as accounting
+from fedjax_het.methods.split.split_learning import SplitLearning, slot_order
 from fedjax_het.core import batching, key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState

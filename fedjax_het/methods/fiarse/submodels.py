@@ -42,7 +42,7 @@ import numpy as np
 
 from fedjax_het import evaluation
 from fedjax_het import models
-from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.systems import heterogeneity

@@ -24,7 +24,7 @@ coefficient c_k of rule (3):
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm, \
+from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm, \
     fedavg_step_length
 from fedjax_het.core import sampling
 from fedjax_het.core.key_streams import Stream

@@ -59,8 +59,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.algorithms import cos2p, masked_eval
-from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions
+from fedjax_het.methods.cos2p import cos2p
+from fedjax_het.methods.cos2p import masked_eval
+from fedjax_het.methods.cos2p.cos2p import Cos2p, Cos2pOptions
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState

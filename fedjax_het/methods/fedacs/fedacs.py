@@ -19,7 +19,7 @@ FedACS's at η₂, which p also uses).
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm, \
+from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm, \
     fedavg_step_length
 from fedjax_het.core.state import ServerState
 from fedjax_het.systems.heterogeneity import SystemsRound

@@ -61,8 +61,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms import self_distillation
-from fedjax_het.algorithms.width_slicing import HeteroFL
+from fedjax_het.methods import self_distillation
+from fedjax_het.methods.fiarse.width_slicing import HeteroFL
 from fedjax_het.core import program
 from fedjax_het.submodel import width
 

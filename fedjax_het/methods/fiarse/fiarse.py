@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het import models
-from fedjax_het.algorithms.submodels import SubmodelAlgorithm
+from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
 from fedjax_het.submodel import magnitude
 from fedjax_het.submodel.tcb import plain_mask, tcb_mask

@@ -14,7 +14,7 @@ scheme I of Li et al. (2020, "On the convergence of FedAvg on non-IID data").
 Every piece is the base class's shared mechanism: FedAvg is the method that
 changes nothing (it only declares that its deltas are needed as sums alone).
 """
-from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.systems import heterogeneity
 
 

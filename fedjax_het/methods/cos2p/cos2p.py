@@ -98,8 +98,8 @@ import numpy as np
 import optax
 
 from fedjax_het import evaluation, optim
-from fedjax_het.algorithms import self_distillation
-from fedjax_het.algorithms.base import FederatedAlgorithm, mean_over_active
+from fedjax_het.methods import self_distillation
+from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
 from fedjax_het.core import aggregation, program
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit

@@ -1,24 +1,24 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
-from fedjax_het.algorithms.adavit import FedAvgAdavit
-from fedjax_het.algorithms.base import FederatedAlgorithm
-from fedjax_het.algorithms.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
-from fedjax_het.algorithms.fedpm import FedPM
-from fedjax_het.algorithms.platon import FedAvgPlaton
-from fedjax_het.algorithms.prunefl import PruneFL
-from fedjax_het.algorithms.qvit import FedAvgQvit
-from fedjax_het.algorithms.fedavg import FedAvg
-from fedjax_het.algorithms.fedacs import FEDACS_FAMILY as FEDACS_FAMILY
-from fedjax_het.algorithms.fedacs import FedACS
-from fedjax_het.algorithms.fedau import FedAU
-from fedjax_het.algorithms.fedvarp import FedVarp
-from fedjax_het.algorithms.reweighted import CaFedAvg, FedNova, OptimalSampling
-from fedjax_het.algorithms.systems_aware import FedAvgHet
-from fedjax_het.algorithms.fiarse import Fiarse, FiarseLayerwise, PruningGreedy
-from fedjax_het.algorithms.scalefl import ScaleFL
-from fedjax_het.algorithms.hist import HFedAvg, HIST
-from fedjax_het.algorithms.split_learning import CseFsl, FslAn
-from fedjax_het.algorithms.fsl_baselines import FslMc, FslOc
-from fedjax_het.algorithms.width_slicing import FedRolex, FjORD, HeteroFL
+from fedjax_het.methods.cos2p.adavit import FedAvgAdavit
+from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.cos2p.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
+from fedjax_het.methods.cos2p.fedpm import FedPM
+from fedjax_het.methods.cos2p.platon import FedAvgPlaton
+from fedjax_het.methods.cos2p.prunefl import PruneFL
+from fedjax_het.methods.cos2p.qvit import FedAvgQvit
+from fedjax_het.methods.fedavg import FedAvg
+from fedjax_het.methods.fedacs.fedacs import FEDACS_FAMILY as FEDACS_FAMILY
+from fedjax_het.methods.fedacs.fedacs import FedACS
+from fedjax_het.methods.fedacs.fedau import FedAU
+from fedjax_het.methods.fedacs.fedvarp import FedVarp
+from fedjax_het.methods.fedacs.reweighted import CaFedAvg, FedNova, OptimalSampling
+from fedjax_het.methods.fedacs.systems_aware import FedAvgHet
+from fedjax_het.methods.fiarse.fiarse import Fiarse, FiarseLayerwise, PruningGreedy
+from fedjax_het.methods.fiarse.scalefl import ScaleFL
+from fedjax_het.methods.hist.hist import HFedAvg, HIST
+from fedjax_het.methods.split.split_learning import CseFsl, FslAn
+from fedjax_het.methods.split.fsl_baselines import FslMc, FslOc
+from fedjax_het.methods.fiarse.width_slicing import FedRolex, FjORD, HeteroFL
 
 ALGORITHMS: dict[str, type[FederatedAlgorithm]] = {
     cls.name: cls for cls in (

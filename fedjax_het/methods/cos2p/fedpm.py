@@ -47,10 +47,10 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het import optim
-from fedjax_het.algorithms import masked_eval
-from fedjax_het.algorithms.base import FederatedAlgorithm
-from fedjax_het.algorithms import cos2p
-from fedjax_het.algorithms.cos2p import Cos2p, Cos2pOptions, then
+from fedjax_het.methods.cos2p import masked_eval
+from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.cos2p import cos2p
+from fedjax_het.methods.cos2p.cos2p import Cos2p, Cos2pOptions, then
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \

@@ -23,8 +23,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.base import occurrence_index
-from fedjax_het.algorithms.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.methods.base import occurrence_index
+from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.systems.heterogeneity import SystemsRound
 

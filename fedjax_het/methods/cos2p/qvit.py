@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.algorithms import cos2p
+from fedjax_het.methods.cos2p import cos2p
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive)

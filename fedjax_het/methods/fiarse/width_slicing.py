@@ -20,7 +20,7 @@ channels of every hidden layer (for FedRolex too).
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.algorithms.submodels import SubmodelAlgorithm
+from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
 from fedjax_het.submodel import width
 

@@ -54,8 +54,8 @@ import numpy as np
 import optax
 
 from fedjax_het import models
-from fedjax_het.algorithms import split_accounting as accounting
-from fedjax_het.algorithms.base import FederatedAlgorithm, mean_over_active
+from fedjax_het.methods.split import split_accounting as accounting
+from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
 from fedjax_het.core import aggregation, key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \

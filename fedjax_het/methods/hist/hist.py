@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_het.algorithms.base import FederatedAlgorithm
+from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het import models
 from fedjax_het.channels import aircomp
 from fedjax_het.core import aggregation, key_streams

@@ -63,8 +63,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.algorithms import cos2p
-from fedjax_het.algorithms.base import mean_over_active
+from fedjax_het.methods.cos2p import cos2p
+from fedjax_het.methods.base import mean_over_active
 from fedjax_het.core import program
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
