@@ -21,7 +21,8 @@ def configured(algorithm: str, **dotted):
 
 
 # Each kind of heterogeneity, as a config sets it (issue 27's table).
-PARTS = {'lossy links': ('systems', 'q', (0.3,)),
+PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
+         'lossy links': ('systems', 'q', (0.3,)),
          'unequal work': ('systems', 'local_work', (1, 2)),
          'virtual clock': ('cos2p', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
@@ -41,6 +42,10 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
   if any(group.key == section for group in method.option_groups):
     if name in getattr(method, 'fixed_options', {}):
       with pytest.raises(ConfigError, match=f'{algorithm} fixes {section}'):
+        config_lib.validate(config)
+    elif part == 'availability' and not method.samples_available_clients:
+      with pytest.raises(ConfigError, match=f'but {algorithm} samples among '
+                         'all clients by its own rule'):
         config_lib.validate(config)
     else:
       config_lib.validate(config)

@@ -34,6 +34,7 @@ The named streams:
 | PRUNEFL_INIT | 2^30 + 1 | seed | — | PruneFL's initial pruning on client 0 (its plan key) |
 | SYSTEMS | 0x5e5 | round | split 3 | the systems part: q, T, link outcomes (`base.round_systems`) |
 | SELECTION | 0x5e1 | round | — | systems-aware selection draws (`reweighted`) |
+| AVAILABILITY | 2^30 + 8 | round | — | who is online (`systems.availability`, `base.round_availability`) |
 | HIST_SYSTEM | 1_000_003 | round | split 2 | HIST's CPU frequencies, OMA channels |
 | HIST_PARTITION | 1_000_033 | round | layer group | HIST's disjoint neuron partitions |
 | HIST_AIRCOMP | 1_000_037 | round | edge round, split 2, leaf | HIST's AirComp channels and receiver noise |
@@ -90,6 +91,7 @@ class Stream(enum.Enum):
   PRUNEFL_INIT = (2**30 + 1, SEED, "PruneFL's initial pruning")
   SYSTEMS = (0x5e5, ROUND, 'the systems part: q, T, link outcomes')
   SELECTION = (0x5e1, ROUND, 'systems-aware client selection')
+  AVAILABILITY = (2**30 + 8, ROUND, 'who is online in the round')
   HIST_SYSTEM = (1_000_003, ROUND, "HIST's CPU frequencies and channels")
   HIST_PARTITION = (1_000_033, ROUND, "HIST's neuron partitions")
   HIST_AIRCOMP = (1_000_037, ROUND, "HIST's AirComp channels and noise")

@@ -17,6 +17,21 @@ def uniform_without_replacement(key: jax.Array, num_clients: int,
   return ids.astype(jnp.int32)
 
 
+def uniform_among(key: jax.Array, eligible: jax.Array,
+                  cohort_size: int) -> jax.Array:
+  """K distinct clients uniformly at random among the `eligible` ones (bool
+  [num_clients]). Where fewer than K are eligible, all of them come first and
+  the remaining slots hold ineligible clients, for the caller to leave idle.
+  Returns int32 [cohort_size]."""
+  if cohort_size > eligible.shape[0]:
+    raise ValueError(f'cannot sample {cohort_size} distinct clients out of '
+                     f'{eligible.shape[0]}.')
+  # A uniform random order of the clients with the eligible ones first.
+  scores = jax.random.uniform(key, eligible.shape) + jnp.where(eligible, 0.0,
+                                                               2.0)
+  return jnp.argsort(scores)[:cohort_size].astype(jnp.int32)
+
+
 def with_replacement(key: jax.Array, probs: jax.Array,
                      cohort_size: int) -> jax.Array:
   """K i.i.d. draws from `probs` (float [num_clients], sums to 1).

@@ -39,6 +39,14 @@ and its upload is not counted in `bytes_up`. With the section at its defaults (q
 it. The Markov model's link states are per-client state that only the
 FedACS family keeps; another method refuses it in one line.
 
+The availability part (`systems.availability`, `fedjax_het.systems.availability`):
+each round draws who is online from the round key's `AVAILABILITY` stream
+(`round_availability`); the default sampler draws the cohort among the online
+clients, and a slot whose client is offline (fewer than K online) is idle:
+no steps, weight 0, nothing exchanged. A method with a sampler of its own
+(`samples_available_clients = False`, the FedACS family) refuses it in one
+line. With `availability='always'` the part is off.
+
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
 data (`FederatedData`) is passed to them as an argument on every call; the
@@ -62,7 +70,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
 from fedjax_het.options import ConfigError, changed_key
-from fedjax_het.systems import heterogeneity
+from fedjax_het.systems import availability, heterogeneity
 
 PyTree = Any
 
@@ -140,14 +148,32 @@ class FederatedAlgorithm:
   # the Markov model's per-client link states.
   always_draws_systems = False
   keeps_link_states = False
+  # Availability part (module docstring): whether `sample_clients` draws
+  # among the clients online in the round.
+  samples_available_clients = True
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
                   ) -> ml_collections.ConfigDict:
     """`config` with the options the method fixes written in, i.e. what it
     trains with; raises ConfigError where `config` sets one of them to
-    another value. Default: the method fixes none (`config` itself)."""
+    another value. Default: the method fixes none (`config` itself); a
+    method whose sampler is its own refuses client availability."""
+    cls._check_availability(config)
     return config
+
+  @classmethod
+  def _check_availability(cls, config: ml_collections.ConfigDict) -> None:
+    """ConfigError where `config` sets client availability for a method
+    whose sampler does not draw among the online clients."""
+    if (heterogeneity.SystemsOptions in cls.option_groups and
+        not cls.samples_available_clients and
+        config.systems.availability != 'always'):
+      raise ConfigError(
+          f'systems.availability = {config.systems.availability!r} is set, but '
+          f'{cls.name} samples among all clients by its own rule; leave it '
+          "'always' or choose fedavg or a submodel method, whose sampler "
+          'draws among the online clients.')
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -172,6 +198,7 @@ class FederatedAlgorithm:
     # Static facts of the data the client programs read (batch sampling).
     self.min_client_count = int(jnp.min(self.client_counts))
     self.heterogeneity = self._systems_part(config, data)
+    self.availability = self._availability_part(config)
 
   def _systems_part(self, config: ml_collections.ConfigDict,
                     data) -> heterogeneity.Heterogeneity | None:
@@ -198,6 +225,20 @@ class FederatedAlgorithm:
           "'dynamic' or 'trace'.")
     return model
 
+  def _availability_part(self, config: ml_collections.ConfigDict
+                         ) -> availability.Availability | None:
+    """Who is online each round, or None: the method does not read
+    `config.systems`, or `availability` is 'always'."""
+    if heterogeneity.SystemsOptions not in self.option_groups:
+      return None
+    self._check_availability(config)
+    try:
+      return availability.Availability.from_section(
+          heterogeneity.SystemsOptions.from_config(config), self.num_clients,
+          config.seed)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
     """Static length of the local-training scan: `local_steps`, or the most
@@ -216,6 +257,12 @@ class FederatedAlgorithm:
              else None)
     return self.heterogeneity.draw(round_key(state, Stream.SYSTEMS),
                                    state.round, links)
+
+  def round_availability(self, state: ServerState) -> jax.Array:
+    """bool [M]: the clients online in round `state.round` (a pure function
+    of the state's key and round, so streaming can draw cohorts ahead)."""
+    return self.availability.draw(round_key(state, Stream.AVAILABILITY),
+                                  state.round)
 
   def server_optimizer(self) -> optax.GradientTransformation:
     momentum = self.config.server_momentum or None
@@ -278,10 +325,16 @@ class FederatedAlgorithm:
 
   # ---- round phase 1: plans ------------------------------------------------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
-    del state
+    online = (None if self.availability is None
+              else self.round_availability(state))
     if self.config.client_sampling == 'proportional':
-      probs = self.client_counts / jnp.sum(self.client_counts)
+      counts = self.client_counts
+      if online is not None:  # nobody online: all-zero probabilities, whose
+        counts = jnp.where(online, counts, 0)  # draws are offline (idle)
+      probs = counts / jnp.maximum(jnp.sum(counts), 1)
       return sampling.with_replacement(key, probs, self.cohort_size)
+    if online is not None:
+      return sampling.uniform_among(key, online, self.cohort_size)
     return sampling.uniform_without_replacement(key, self.num_clients,
                                                 self.cohort_size)
 
@@ -301,6 +354,8 @@ class FederatedAlgorithm:
         lr=jnp.full((k,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(client_ids),
         segment=jnp.zeros((k,), jnp.int32))
+    if self.availability is not None:
+      plan = plan.replace(active=self.round_availability(state)[client_ids])
     if self.heterogeneity is None:
       return plan
     rnd = self.round_systems(state)

@@ -40,7 +40,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het.options import OptionGroup, is_bool, option
+from fedjax_het.options import (OptionGroup, in_range, is_bool, option,
+                                positive_int)
+from fedjax_het.systems import availability as availability_lib
 from fedjax_het.systems import local_work
 
 MODELS = ('static', 'dynamic', 'markov', 'trace')
@@ -49,9 +51,10 @@ MODELS = ('static', 'dynamic', 'markov', 'trace')
 @dataclasses.dataclass(frozen=True)
 class SystemsOptions(OptionGroup):
   """`config.systems`: every round each client m has an upload failure
-  probability q_m and local work T_m (read by FedAvg, the submodel and FedACS
-  families: the systems part of `methods.base`); checked
-  against the clients by `Heterogeneity.from_config`."""
+  probability q_m and local work T_m, and is online or not (read by FedAvg,
+  the submodel and FedACS families: the systems part of `methods.base`);
+  checked against the clients by `Heterogeneity.from_config` and
+  `Availability.from_section`."""
   key = 'systems'
   model: str = option('static', 'how q and T evolve: static | dynamic | markov | trace', choices=MODELS)
   q: tuple = option((0.0,), 'static: q_m per client (one value = every client)')
@@ -63,6 +66,11 @@ class SystemsOptions(OptionGroup):
   markov_fail: tuple = option((0.1,), 'markov: P(link on → off) per round, per client (one value = all)')
   markov_recover: tuple = option((0.5,), 'markov: P(link off → on) per round')
   trace: str = option('', 'trace: .npz with q and local_work [rounds, M]; round r uses row r mod rounds')
+  availability: str = option('always', 'who can be sampled each round: always | bernoulli | diurnal | trace (systems/availability.py)', choices=availability_lib.MODELS)
+  available_p: tuple = option((1.0,), 'bernoulli: P(online) per round, per client (one value = every client)')
+  diurnal_period: int = option(24, 'diurnal: rounds per day', check=positive_int)
+  diurnal_low: float = option(0.1, 'diurnal: P(online) at the trough, half a day from each client\'s peak', check=in_range(0, 1))
+  availability_trace: str = option('', 'trace: .npz with bool available [rounds, M]; round r uses row r mod rounds')
 
 
 

@@ -147,6 +147,8 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   # Its sampling, weights and calibration read q and T every round.
   always_draws_systems = True
   keeps_link_states = True
+  # Sampling (3) draws over all clients with the round's q and T.
+  samples_available_clients = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     self.options = FedAcsOptions.from_config(config)
