@@ -437,3 +437,41 @@ def test_split_method_with_a_non_split_model_fails_with_one_line():
   with pytest.raises(ConfigError, match='config.model') as error:
     methods.create_algorithm('cse_fsl', config, model, data)
   assert '\n' not in str(error.value)
+
+
+def test_under_the_systems_part_uploads_follow_the_steps_and_the_link():
+  """CSE-FSL with unequal work (T = 5, 2, 3) and client 1's uplink always
+  down: each client uploads one smashed batch per h = 2 steps it ran, client
+  1's uploads never arrive (no server step, no average, no bytes up), and
+  the result equals the run that gives client 1 weight 0 by hand."""
+  config = split_config(upload_every=2)
+  config.systems.update(local_work=(5, 2, 3), q=(0.0, 1.0, 0.0))
+  method, state, data = build(config=config)
+  got, metrics = RoundRunner(method, 'vmap').run(state, data, 1)
+  assert float(metrics['comm_rounds'][0]) == 5 // 2 + 3 // 2
+  smashed_batch = config.batch_size * method.sizes.smashed * 4
+  assert float(metrics['smashed_bytes_up'][0]) == 3 * smashed_batch
+  model_bytes = float(metrics['model_bytes_down'][0]) / 3
+  assert float(metrics['model_bytes_up'][0]) == 2 * model_bytes
+
+  class Without(methods.CseFsl):
+    def client_weights(self, client_ids):
+      return jnp.where(client_ids == 1, 0.0, super().client_weights(client_ids))
+
+  reference_config = split_config(upload_every=2)
+  reference_config.systems.local_work = (5, 2, 3)
+  model = models.create_model('split_lenet5', 10)
+  reference = Without(reference_config, model, data)
+  params = models.init_params(model, jax.random.PRNGKey(0), SHAPE)
+  expected, _ = RoundRunner(reference, 'vmap').run(
+      reference.init(params, jax.random.PRNGKey(1)), data, 1)
+  chex.assert_trees_all_close(got.params, expected.params, rtol=1e-6,
+                              atol=1e-7)
+
+
+def test_epoch_rounds_refuse_systems_local_work():
+  config = split_config(round_steps='epoch')
+  config.systems.local_work = (1, 2, 3)
+  with pytest.raises(ConfigError, match="round_steps='epoch' gives every "
+                     'client one local epoch'):
+    build(config=config)

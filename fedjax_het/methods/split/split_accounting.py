@@ -68,6 +68,10 @@ CSE_FSL = SplitProtocol(returns_gradients=False, uses_aux=True,
                         server_copies=False)
 
 
+# The bytes a client sends up; they are counted only when its uplink is up.
+UPLOADED = ('smashed_bytes_up', 'model_bytes_up')
+
+
 def client_bytes(protocol: SplitProtocol, sizes: SplitSizes, uploads,
                  batch_size: int) -> dict:
   """Bytes one client exchanges in a round with `uploads` smashed batches.

@@ -39,6 +39,13 @@ client, each trained on its own client's uploads and averaged every round
 (`split.server_copies='per_client'`); CSE-FSL with that flag and h = 1 is
 FSL_AN.
 
+Under the systems part (CSE-FSL and FSL_AN read `config.systems`; see
+`methods.base`): client m runs its T_m batches (its smashed uploads follow the
+steps it ran), and when its uplink is down in the round (Z_m = 0) none of its
+uploads arrive: the server takes no step on its smashed batches, its (x_c, a_c)
+enter no average, and its uploaded bytes are not counted (our reading: one
+link outcome per client and round, as FedACS draws it).
+
 Accounting per round (`round_metrics`, summed by the trainer):
 smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
 bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
@@ -61,6 +68,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.data import augment as augment_lib
+from fedjax_het.systems import heterogeneity
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, option, positive_int)
 
@@ -104,6 +112,13 @@ class SplitLearning(FederatedAlgorithm):
           'split_cifar_cnn, split_emnist_cnn, split_lenet5, got '
           f'{config.model!r}.')
     self.split = SplitOptions.from_config(config)
+    if self.split.round_steps == 'epoch' and (
+        config.systems.local_work or config.systems.model in ('dynamic',
+                                                              'trace')):
+      raise ConfigError(
+          "split.round_steps='epoch' gives every client one local epoch, so "
+          'it cannot take systems local work; use '
+          "systems.work_unit='epochs' with split.round_steps='local_steps'.")
     # ⌈n_k / B⌉: one local epoch of every client (`round_steps='epoch'`).
     self.epoch_steps = -(-np.asarray(data.counts) // config.batch_size)
     super().__init__(config, model, data)
@@ -174,8 +189,8 @@ class SplitLearning(FederatedAlgorithm):
 
   def uploads_per_client(self, plans: ClientPlan,
                          outputs: ClientOutput) -> jax.Array:
-    """int [K]: smashed batches each client uploaded this round."""
-    return jnp.where(plans.is_active(), plans.num_steps, 0)
+    """int [K]: smashed batches of each client that reached the server."""
+    return jnp.where(plans.active_weight() > 0, plans.num_steps, 0)
 
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
@@ -184,8 +199,10 @@ class SplitLearning(FederatedAlgorithm):
     uploads = self.uploads_per_client(plans, outputs)
     per_client = accounting.client_bytes(self.protocol, self.sizes, uploads,
                                          self.config.batch_size)
-    metrics = {name: jnp.sum(jnp.where(active, value, 0.0)).astype(
-        jnp.float32) for name, value in per_client.items()}
+    delivered = plans.active_weight() > 0  # weight w·Z: the link was up
+    metrics = {name: jnp.sum(jnp.where(
+        delivered if name in accounting.UPLOADED else active, value,
+        0.0)).astype(jnp.float32) for name, value in per_client.items()}
     metrics['bytes_up'] = metrics['smashed_bytes_up'] + metrics[
         'model_bytes_up']
     metrics['bytes_down'] = metrics['grad_bytes_down'] + metrics[
@@ -205,6 +222,7 @@ class CseFsl(SplitLearning):
   """CSE-FSL (module docstring); `split.server_copies='per_client'` is FSL_AN."""
 
   name = 'cse_fsl'
+  option_groups = (SplitOptions, heterogeneity.SystemsOptions)
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
@@ -260,7 +278,7 @@ class CseFsl(SplitLearning):
         template=template)
 
   def uploads_per_client(self, plans, outputs):
-    return jnp.sum(outputs.emitted_active, axis=1) * plans.is_active()
+    return jnp.sum(outputs.emitted_active, axis=1) * (plans.active_weight() > 0)
 
   # ---- server ----------------------------------------------------------------
   def server_sgd(self, server_params: PyTree, upload: dict, active, key,
@@ -297,7 +315,7 @@ class CseFsl(SplitLearning):
     """x_s after the round's uploads: one model in arrival order, or the
     weighted mean of per-client copies."""
     uploads, active = outputs.emitted, outputs.emitted_active
-    active = active & plans.is_active()[:, None]
+    active = active & (plans.active_weight() > 0)[:, None]  # link up
     cohort, blocks = active.shape
     keys = self.server_keys(state, plans, blocks)
     lr = self.round_lr(state.round)
