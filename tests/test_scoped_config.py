@@ -23,7 +23,8 @@ def configured(algorithm: str, **dotted):
 # Each kind of heterogeneity, as a config sets it (issue 27's table).
 PARTS = {'lossy links': ('systems', 'q', (0.3,)),
          'unequal work': ('systems', 'local_work', (1, 2)),
-         'virtual clock': ('cos2p', 'mu', 0.25),
+         'virtual clock': ('clock', 'mu', 0.25),
+         "Co-S²P's clock": ('cos2p', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
          'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp')}
 
@@ -59,6 +60,8 @@ def test_the_same_values_are_read_by_their_methods():
   for algorithm, key, value in [('fedacs', 'systems__q', (0.3,)),
                                 ('hist', 'hierarchy__num_cells', 3),
                                 ('cos2p', 'cos2p__mu', 0.25),
+                                ('fedavg', 'clock__mu', 0.25),
+                                ('fedrolex', 'clock__t_clk', 2.0),
                                 ('fiarse', 'submodel__partial_average', 'mask')]:
     config_lib.validate(configured(algorithm, **{key: value}))
 
