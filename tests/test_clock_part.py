@@ -208,3 +208,34 @@ def test_bad_clock_options_fail_in_one_line(config, message):
   with pytest.raises(ConfigError, match=message) as raised:
     build(config)
   assert '\n' not in str(raised.value)
+
+
+def test_the_systems_part_is_drawn_in_the_dispatch_round():
+  """Lossy links and unequal work compose with the clock: an arriving
+  update's steps T_m and link outcome Z_m are those the systems part draws
+  for its dispatch round (round 4: clients 0 and 1 from rounds 3 and 2)."""
+  config = asynchronous('fedavg')
+  config.systems.update(model='dynamic', dynamic_q=((0.3, 0.7),),
+                        dynamic_work=((1, 3),))
+  algorithm, state, data = build(config)
+  inputs = jax.tree.map(lambda x: x[0], algorithm.round_inputs(4, 1))
+
+  @jax.jit
+  def plans_and_draws(state):
+    plans = algorithm.plan_round(state.replace(round=4), data, inputs)
+    draws = [algorithm.round_systems(state.replace(round=k))
+             for k in (3, 2, 4)]
+    return plans, draws
+
+  plans, (third, second, fourth) = jax.device_get(plans_and_draws(state))
+  # The test can fail: round 4's own draws differ from the dispatch rounds'.
+  assert (third.steps[0], third.link_up[0], second.steps[1],
+          second.link_up[1]) != (fourth.steps[0], fourth.link_up[0],
+                                 fourth.steps[1], fourth.link_up[1])
+  slot = {int(n): j for j, n in enumerate(plans.client_id)}
+  counts = np.asarray(data.counts, np.float32)
+  for n, draw in ((0, third), (1, second)):
+    assert plans.active[slot[n]]
+    assert plans.num_steps[slot[n]] == draw.steps[n]
+    assert plans.weight[slot[n]] == counts[n] * draw.link_up[n]
+  assert not plans.active[slot[2]]

@@ -396,7 +396,7 @@ class FederatedAlgorithm:
     when its update arrives, from its start-table row; `inputs` is the
     round's row of the clock's inputs (leaves [N], by client)."""
     ids = self.cohort_ids(state)
-    row = jax.tree.map(lambda x: x[ids], inputs)
+    row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs)
     keys = jax.vmap(clock_part.dispatch_key, in_axes=(None, 0, 0))(
         state.key, row['dispatch_round'], ids)
 
