@@ -35,7 +35,7 @@ ROUNDS = len(ARRIVALS)
 def clock_config(name, **clock):
   config = tiny_config(algorithm=name, num_clients=3, clients_per_round=3,
                        rounds=ROUNDS)
-  if name == 'fedrolex':
+  if name in ('fedrolex', 'fiarse'):
     config.capacities = (0.5, 1.0)      # levels of clients: 0, 0, 1
   config.clock.update(clock)
   return config
@@ -155,7 +155,7 @@ def test_the_run_applies_the_arrivals_one_by_one(name, weighting):
   np.testing.assert_array_equal(metrics['staleness'], [3, 3])
 
 
-@pytest.mark.parametrize('name', ['fedavg', 'fedrolex'])
+@pytest.mark.parametrize('name', ['fedavg', 'fedrolex', 'fiarse'])
 def test_a_neutral_clock_is_the_synchronous_run_bit_for_bit(name):
   """μ = 1, T_clk = 0, equal seconds: every client arrives every round with
   τ = 0, and the program is the one without the part (K = N)."""
@@ -239,3 +239,29 @@ def test_the_systems_part_is_drawn_in_the_dispatch_round():
     assert plans.num_steps[slot[n]] == draw.steps[n]
     assert plans.weight[slot[n]] == counts[n] * draw.link_up[n]
   assert not plans.active[slot[2]]
+
+
+def test_fiarse_plans_a_stale_client_from_its_dispatch_model():
+  """Round 1's arrival, client 1 (capacity ½), was dispatched with w_0: its
+  thresholds θ are TopK of |w_0|, not of the current model w_1."""
+  algorithm, state, data = build(asynchronous('fiarse'))
+  w0 = jax.device_get(state.params)
+  state, _ = RoundRunner(algorithm, 'map').run(state, data, 1)
+  inputs = jax.tree.map(lambda x: x[0], algorithm.round_inputs(1, 1))
+  level = algorithm.client_level[1:2]
+
+  @jax.jit
+  def thetas(state):
+    plans = algorithm.plan_round(state, data, inputs)
+    slot = jnp.argmax(plans.client_id == 1)
+    return (jax.tree.map(lambda t: t[slot], plans.extras['theta']),
+            plans.active[slot],
+            algorithm.client_thresholds(w0, level),
+            algorithm.client_thresholds(state.params, level))
+
+  planned, active, dispatched, current = jax.device_get(thetas(state))
+  assert active
+  chex.assert_trees_all_equal(planned,
+                              jax.tree.map(lambda t: t[0], dispatched))
+  assert any((p != c[0]).any() for p, c in zip(jax.tree.leaves(planned),
+                                               jax.tree.leaves(current)))

@@ -41,14 +41,14 @@ FedACS family keeps; another method refuses it in one line.
 
 The clock part (`config.clock`, `fedjax_het.parts.clock`): a method that
 lists `ClockOptions` in its `option_groups` (FedAvg, HeteroFL, FedRolex,
-FjORD) runs on Co-S²P's semi-asynchronous virtual clock when the section is
+FjORD, ScaleFL, the FIARSE family) runs on Co-S²P's semi-asynchronous virtual clock when the section is
 not at its defaults. Our reading of FedAvg on the clock (Co-S²P's Alg. 1):
 every idle client is dispatched at a round's start with the global model
 w_q (so clients_per_round must be N); the clients whose updates arrive in
 round q form its cohort; a client trains from the global model of its
 dispatch round k_n (row n of the start table `extras['start']`), planned by
-`plan_clients` as in that round (its key, FedRolex's window, the systems
-part's draws of round k_n), and its delta is averaged as in a synchronous
+`plan_clients` as in that round (its key, FedRolex's window, FIARSE's
+thresholds of w_{k_n}, the systems part's draws of round k_n), and its delta is averaged as in a synchronous
 round with its aggregation weight times the staleness factor of τ = q − k_n
 (`clock.staleness_weight`). The plans hold all N clients, in the order
 `cohort_ids` draws them (a permutation), active where an update arrives;
@@ -391,18 +391,21 @@ class FederatedAlgorithm:
   def clock_plans(self, state: ServerState, inputs: dict) -> ClientPlan:
     """Plans of a round on the clock (module docstring): slot j is client
     `cohort_ids(state)[j]`, planned by `plan_clients` as in its dispatch
-    round with that round's key (`parts.clock.dispatch_key`), its mask
-    gathered from the table (masks [N, ...]: slots differ in round), active
-    when its update arrives, from its start-table row; `inputs` is the
-    round's row of the clock's inputs (leaves [N], by client)."""
+    round k (the state's round k and params w_k, its start-table row; the
+    key of round k, `parts.clock.dispatch_key`), its mask gathered from the
+    table (masks [N, ...]: slots differ in round), active when its update
+    arrives; `inputs` is the round's row of the clock's inputs (leaves [N],
+    by client)."""
     ids = self.cohort_ids(state)
     row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs)
     keys = jax.vmap(clock_part.dispatch_key, in_axes=(None, 0, 0))(
         state.key, row['dispatch_round'], ids)
 
     def plan_at_dispatch(dispatch_round, client, key):
-      plan = self.plan_clients(state.replace(round=dispatch_round),
-                               client[None], key[None])
+      start = jax.tree.map(lambda t: t[client], state.extras['start'])
+      plan = self.plan_clients(
+          state.replace(round=dispatch_round, params=start), client[None],
+          key[None])
       plan = plan.replace(mask=plan.client_masks(), mask_table=None,
                           mask_row=None)
       return jax.tree.map(lambda x: x[0], plan)
