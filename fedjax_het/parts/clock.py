@@ -28,6 +28,11 @@ rounds read, and keeps the stale-model table:
 - the clock's round metrics and summary facts (virtual time, RU in the
   three forms of `systems.clock`, the largest staleness).
 
+Client round times are `client_seconds` (default `local_steps` seconds for
+every client: FedAvg's clients do equal work) times the lognormal jitter;
+they are host-made before the rounds, so the systems part's T_m (drawn in
+the compiled round) sets a client's steps, not its seconds.
+
 Co-S²P (`algorithms/cos2p.py`) keeps its own keys (`cos2p.mu`, ...) and
 analytic cost model, and uses the same schedule inputs, start table, keys,
 metrics and facts. `FederatedAlgorithm` runs a method that lists
