@@ -76,8 +76,9 @@ def test_round_inputs_are_the_hand_written_schedule():
 def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
   """[w_0, ..., w_Q]: the arrivals of each round applied by hand: client n
   trains from w_k with round k's key (and FedRolex's round-k window), and
-  the server takes the (masked) weighted mean of the deltas times the
-  staleness factor, w_{q+1} = w_q − mean (server lr 1)."""
+  the server takes the (masked) weighted mean of the deltas, w_{q+1} =
+  w_q − mean (server lr 1): 'polynomial' Σ w s(τ) Δ / Σ w, 'cos2p'
+  Σ w γ Δ / Σ w γ."""
   config = algorithm.config
   counts = np.asarray(data.counts, np.float32)
   update = jax.jit(lambda p, plan: algorithm.client_update(p, plan, data))
@@ -110,8 +111,8 @@ def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
       mask = ([np.ones_like(d) for d in delta] if plan.mask is None else
               leaves(plan.mask))
       w = counts[n]
-      if weighting == 'polynomial':
-        w *= (1 + q - k) ** -exponent
+      if weighting == 'polynomial':   # the delta scaled, not the weight
+        delta = [d * (1 + q - k) ** -exponent for d in delta]
       if weighting == 'cos2p':
         drift = sum(np.abs(a - b).sum() for a, b in
                     zip(leaves(models_[q]), leaves(models_[k])))
@@ -177,7 +178,8 @@ def test_a_neutral_clock_is_the_synchronous_run_bit_for_bit(name):
 
 def test_staleness_weighting_changes_the_result_and_none_is_unweighted():
   """(1 + τ)^0 weighs nothing: bit for bit 'none'; a = 1 and Eq. 4 move
-  the params (the arrival rounds with two updates weigh them unequally)."""
+  the params (a = 1 shrinks every stale delta; Eq. 4 weighs round 4's two
+  arrivals unequally)."""
   final = {}
   for key, clock in (('none', {}),
                      ('a=0', dict(staleness_weight='polynomial',

@@ -49,8 +49,8 @@ round q form its cohort; a client trains from the global model of its
 dispatch round k_n (row n of the start table `extras['start']`), planned by
 `plan_clients` as in that round (its key, FedRolex's window, FIARSE's
 thresholds of w_{k_n}, the systems part's draws of round k_n), and its delta is averaged as in a synchronous
-round with its aggregation weight times the staleness factor of τ = q − k_n
-(`clock.staleness_weight`). The plans hold all N clients, in the order
+round, weighed by its staleness τ = q − k_n (`clock.staleness_weight`,
+`parts.clock.weigh_arrival`). The plans hold all N clients, in the order
 `cohort_ids` draws them (a permutation), active where an update arrives;
 the clock's inputs of the slots ride in `plan.extras['clock']`. With
 μ = 1, T_clk = 0 and no staleness weight every round is FedAvg's with
@@ -485,17 +485,16 @@ class FederatedAlgorithm:
     plan = per_client[0].with_row_mask(mask_table)
     output = self.run_client((params, table, data, None),
                              (plan, per_client[1]))
-    weight = plan.active_weight()
+    delta, weight = output.delta, plan.active_weight()
     if self.clock is not None:
-      factor = clock_part.staleness_factor(
-          self.clock.options, plan.extras['clock']['staleness'], output.delta,
-          jax.tree.map(lambda t: t[plan.start_model], table), params)
-      weight = weight if factor is None else weight * factor
+      delta, weight = clock_part.weigh_arrival(
+          self.clock.options, plan.extras['clock']['staleness'], delta,
+          weight, jax.tree.map(lambda t: t[plan.start_model], table), params)
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
-        jax.tree.map(one, output.delta), one(weight),
+        jax.tree.map(one, delta), one(weight),
         one(plan.segment), self.num_segments,
-        jax.tree.map(one, self.coverage_masks(plan.mask, output.delta)),
+        jax.tree.map(one, self.coverage_masks(plan.mask, delta)),
         values_masked=True)
     return output.replace(delta=None), sums
 

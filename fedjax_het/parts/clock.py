@@ -18,13 +18,16 @@ rounds read, and keeps the stale-model table:
   `FederatedAlgorithm.plan_round` gives it in its dispatch round, so training
   lazily at arrival equals training at dispatch (a busy client's inputs
   cannot change);
-- `staleness_factor`: the weight of an arriving update beside its
-  aggregation weight: 'none' (1), 'polynomial' s(τ) = (1 + τ)^−a (FedBuff /
-  FedAsync's polynomial staleness function; FedBuff's a = ½), or 'cos2p',
-  Co-S²P's Eq. 4 with the whole model as one segment,
+- `weigh_arrival`: an arriving update's delta and weight in the round's
+  mean Σ w_n Δ_n / Σ w_n: 'none' as they are; 'polynomial' the delta scaled
+  by s(τ) = (1 + τ)^−a (FedAsync's polynomial staleness function; FedBuff's
+  s(τ) = 1/√(1 + τ) is a = ½), so the mean is Σ w_n s(τ_n) Δ_n / Σ w_n as
+  FedBuff's buffer mean and a lone stale arrival moves the model by
+  s(τ)·Δ; 'cos2p' the weight scaled by Co-S²P's Eq. 4 with the whole model
+  as one segment,
       γ_n = ‖Δ_n‖₁ / (‖w_q − w_{k_n}‖₁ + size(w)),
-  so the weighted mean Σ w_n γ_n Δ_n / Σ w_n γ_n is Eq. 5 (with uniform
-  weights w_n);
+  so the mean Σ w_n γ_n Δ_n / Σ w_n γ_n is Eq. 5 (with uniform weights
+  w_n; γ only weighs arrivals of one round against each other);
 - the clock's round metrics and summary facts (virtual time, RU in the
   three forms of `systems.clock`, the largest staleness).
 
@@ -64,7 +67,7 @@ class ClockOptions(OptionGroup):
   tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never)', check=in_range(-1, math.inf))
   client_seconds: tuple = option((), 'fixed seconds of a client round, one value for every client or one per client; empty: local_steps seconds (equal work), times the jitter', check=each(positive))
   jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (as cos2p.jitter)', check=non_negative)
-  staleness_weight: str = option('none', "weight of an update of staleness τ beside its aggregation weight: none | polynomial ((1 + τ)^−a) | cos2p (Co-S²P's Eq. 4, the model as one segment)", choices=STALENESS_WEIGHTS)
+  staleness_weight: str = option('none', "an update of staleness τ in the round's mean: none | polynomial (its delta times (1 + τ)^−a, FedBuff / FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
   staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedBuff: ½)", check=non_negative)
 
   def validate(self) -> None:
@@ -183,26 +186,28 @@ def redispatch(table: PyTree, client_ids: jax.Array, again: jax.Array,
   return jax.tree.map(leaf, table, params)
 
 
-def staleness_factor(options: ClockOptions, staleness: jax.Array,
-                     delta: PyTree, start: PyTree,
-                     params: PyTree) -> jax.Array | None:
-  """The factor of one arriving update's aggregation weight (module
-  docstring), or None for 'none' (the weight unchanged, bit for bit).
+def weigh_arrival(options: ClockOptions, staleness: jax.Array,
+                  delta: PyTree, weight: jax.Array, start: PyTree,
+                  params: PyTree) -> tuple[PyTree, jax.Array]:
+  """(delta, weight) of one arriving update in the round's weighted mean
+  (module docstring); 'none' returns them unchanged, bit for bit.
 
   Args:
     options: the `clock` section.
     staleness: τ, int scalar.
     delta: the client's delta Δ (start − end).
+    weight: its aggregation weight (0 on an idle slot).
     start: its start model w_{k_n}; params: the global model w_q.
   """
   if options.staleness_weight == 'none':
-    return None
+    return delta, weight
   if options.staleness_weight == 'polynomial':
-    return (1.0 + staleness.astype(jnp.float32)) ** -options.staleness_exponent
+    scale = (1.0 + staleness.astype(jnp.float32)) ** -options.staleness_exponent
+    return jax.tree.map(lambda d: d * scale.astype(d.dtype), delta), weight
   l1 = lambda tree: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree))
   size = sum(x.size for x in jax.tree.leaves(params))
   drift = l1(jax.tree.map(jnp.subtract, params, start))
-  return l1(delta) / (drift + size)
+  return delta, weight * l1(delta) / (drift + size)
 
 
 def round_metrics(extras: dict, active: jax.Array) -> dict[str, jax.Array]:
