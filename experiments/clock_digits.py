@@ -9,6 +9,11 @@ Setting:   digits, 20 IID clients, an MLP; every client is dispatched whenever i
            (clients_per_round = num_clients); client rounds take 1, 2 or 4 s (clients in turn)
            times lognormal jitter σ = 0.05. sync: μ = 1, T_clk = 0; semi: μ = 0.5, T_clk = 0.5 s;
            async: μ = 1/N, T_clk = 0, unweighted or with FedBuff's (1 + τ)^−½.
+Run time:  56 s on a 2-core CPU (all 8 runs). Seed 0, 60 rounds: FedAvg 90.6 / 90.0 / 31.9 /
+           75.6 % (sync / semi / async / async_poly), virtual time 255.9 / 92.9 / 5.9 / 5.9 s,
+           RU (busy) 0.53 / 0.72 / 1 / 1, largest staleness 0 / 3 / 46 / 46; FedRolex 85.0 /
+           83.6 / 72.2 / 60.8 %. Equal rounds are not equal virtual time: the asynchronous runs
+           stop after 6 virtual seconds, the synchronous one after 256.
 """
 from fedjax_het.config import base_config
 
