@@ -204,6 +204,10 @@ def test_staleness_weighting_changes_the_result_and_none_is_unweighted():
      "clock.staleness_exponent = 1.0 is read only with clock.staleness_weight='polynomial'"),
     (clock_config('fedavg', mu=0.5, jitter=0.0),
      'clock.mu = 0.5 with equal client times'),
+    (clock_config('fedavg', staleness_weight='polynomial'),
+     r"clock.staleness_weight = 'polynomial' acts on stale updates, but at "
+     r'clock.mu = 1'),
+    (clock_config('fedavg', tau_max=2), 'clock.tau_max = 2 acts on stale'),
     (clock_config('fedavg', client_seconds=(1.0, 2.0)),
      r'clock.client_seconds must hold 1 or num_clients \(3\) values, got 2'),
 ])

@@ -82,6 +82,16 @@ class ClockOptions(OptionGroup):
           f'clock.mu = {self.mu!r} with equal client times (clock.jitter = 0, '
           'one clock.client_seconds) keeps every round synchronous; set '
           'unequal clock.client_seconds or a clock.jitter > 0.')
+    # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
+    # γ still weighs the arrivals by their deltas, the others act on τ only.
+    for key, value, unset in (('tau_max', self.tau_max, -1),
+                              ('staleness_weight', self.staleness_weight,
+                               'none')):
+      if self.mu == 1 and value not in (unset, 'cos2p'):
+        raise ConfigError(
+            f'clock.{key} = {value!r} acts on stale updates, but at clock.mu '
+            '= 1 every update arrives in the round it was dispatched in '
+            '(τ = 0); set clock.mu < 1 or leave it unset.')
 
 
 def per_client(key: str, values: tuple, num_clients: int) -> tuple:
