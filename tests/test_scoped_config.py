@@ -24,7 +24,8 @@ def configured(algorithm: str, **dotted):
 PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
          'lossy links': ('systems', 'q', (0.3,)),
          'unequal work': ('systems', 'local_work', (1, 2)),
-         'virtual clock': ('cos2p', 'mu', 0.25),
+         'virtual clock': ('clock', 'mu', 0.25),
+         "Co-S²P's clock": ('cos2p', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
          'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp')}
 
@@ -64,6 +65,8 @@ def test_the_same_values_are_read_by_their_methods():
   for algorithm, key, value in [('fedacs', 'systems__q', (0.3,)),
                                 ('hist', 'hierarchy__num_cells', 3),
                                 ('cos2p', 'cos2p__mu', 0.25),
+                                ('fedavg', 'clock__mu', 0.25),
+                                ('fedrolex', 'clock__t_clk', 2.0),
                                 ('fiarse', 'submodel__partial_average', 'mask')]:
     config_lib.validate(configured(algorithm, **{key: value}))
 

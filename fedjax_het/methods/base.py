@@ -47,6 +47,25 @@ no steps, weight 0, nothing exchanged. A method with a sampler of its own
 (`samples_available_clients = False`, the FedACS family) refuses it in one
 line. With `availability='always'` the part is off.
 
+The clock part (`config.clock`, `fedjax_het.parts.clock`): a method that
+lists `ClockOptions` in its `option_groups` (FedAvg, HeteroFL, FedRolex,
+FjORD, ScaleFL, the FIARSE family) runs on Co-S²P's semi-asynchronous virtual clock when the section is
+not at its defaults. Our reading of FedAvg on the clock (Co-S²P's Alg. 1):
+every idle client is dispatched at a round's start with the global model
+w_q (so clients_per_round must be N); the clients whose updates arrive in
+round q form its cohort; a client trains from the global model of its
+dispatch round k_n (row n of the start table `extras['start']`), planned by
+`plan_clients` as in that round (its key, FedRolex's window, FIARSE's
+thresholds of w_{k_n}, the systems part's draws of round k_n), and its delta is averaged as in a synchronous
+round, weighed by its staleness τ = q − k_n (`clock.staleness_weight`,
+`parts.clock.weigh_arrival`). The plans hold all N clients, in the order
+`cohort_ids` draws them (a permutation), active where an update arrives;
+the clock's inputs of the slots ride in `plan.extras['clock']`. With
+μ = 1, T_clk = 0 and no staleness weight every round is FedAvg's with
+K = N, the same program bit for bit. The round metrics add the virtual
+seconds, busy seconds, arrivals and staleness, `summary_facts` the virtual
+time and RU.
+
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
 data (`FederatedData`) is passed to them as an argument on every call; the
@@ -70,6 +89,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
 from fedjax_het.options import ConfigError, changed_key
+from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import availability, heterogeneity
 
 PyTree = Any
@@ -199,6 +219,7 @@ class FederatedAlgorithm:
     self.min_client_count = int(jnp.min(self.client_counts))
     self.heterogeneity = self._systems_part(config, data)
     self.availability = self._availability_part(config)
+    self.clock = self._clock_part(config)
 
   def _systems_part(self, config: ml_collections.ConfigDict,
                     data) -> heterogeneity.Heterogeneity | None:
@@ -238,6 +259,32 @@ class FederatedAlgorithm:
           config.seed)
     except ValueError as e:
       raise ConfigError(str(e)) from e
+
+  def _clock_part(self, config: ml_collections.ConfigDict
+                  ) -> clock_part.VirtualClock | None:
+    """The virtual clock the method runs under, or None: the method does not
+    read `config.clock`, or the section is at its defaults."""
+    if clock_part.ClockOptions not in self.option_groups or changed_key(
+        config.clock, clock_part.ClockOptions.defaults()) is None:
+      return None
+    assert self.sums_deltas_in_map, 'the clock weighs deltas in the map'
+    if self.availability is not None:
+      raise ConfigError(
+          f'systems.availability = {config.systems.availability!r} and the '
+          'virtual clock (clock.*) are both set, but the clock dispatches every '
+          "idle client at a round's start (Alg. 1), so availability is not "
+          'modelled on it; set one of them.')
+    options = clock_part.ClockOptions.from_config(config)
+    if (self.cohort_size != self.num_clients or
+        config.client_sampling != 'uniform'):
+      raise ConfigError(
+          f'on the virtual clock every idle client is dispatched (Alg. 1), so '
+          f'{self.name} needs clients_per_round = num_clients '
+          f'({self.num_clients}) and uniform client_sampling, got '
+          f'{self.cohort_size} and {config.client_sampling}.')
+    return clock_part.VirtualClock(
+        options, num_clients=self.num_clients, rounds=config.rounds,
+        local_steps=config.local_steps, seed=config.seed)
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
@@ -314,13 +361,18 @@ class FederatedAlgorithm:
     return jax.jit(self.initial_state)
 
   def initial_state(self, params: PyTree, key: jax.Array) -> ServerState:
-    """The round-0 server state from the initial `params` (traced: pure jax)."""
+    """The round-0 server state from the initial `params` (traced: pure jax);
+    on the clock, `extras['start']` is the start table (every row w_0)."""
+    extras = self.init_extras(params)
+    if self.clock is not None:
+      extras = {**(extras or {}),
+                'start': clock_part.start_table(params, self.num_clients)}
     return ServerState(
         params=params,
         opt_state=self.server_optimizer().init(params),
         round=jnp.zeros((), jnp.int32),
         key=key,
-        extras=self.init_extras(params),
+        extras=extras,
         clients=self.init_clients(params))
 
   # ---- round phase 1: plans ------------------------------------------------
@@ -380,9 +432,12 @@ class FederatedAlgorithm:
     round ⊕ client id.
 
     `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
-    by default; plans depend on static client facts only).
+    by default; plans depend on static client facts only); on the clock,
+    `clock_plans`.
     """
-    del data, inputs
+    del data
+    if self.clock is not None:
+      return self.clock_plans(state, inputs)
     _, clients_key = jax.random.split(round_key(state))
     client_ids = self.cohort_ids(state)
     per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
@@ -391,11 +446,39 @@ class FederatedAlgorithm:
                                         occurrence_index(client_ids))
     return self.plan_clients(state, client_ids, keys)
 
+  def clock_plans(self, state: ServerState, inputs: dict) -> ClientPlan:
+    """Plans of a round on the clock (module docstring): slot j is client
+    `cohort_ids(state)[j]`, planned by `plan_clients` as in its dispatch
+    round k (the state's round k and params w_k, its start-table row; the
+    key of round k, `parts.clock.dispatch_key`), its mask gathered from the
+    table (masks [N, ...]: slots differ in round), active when its update
+    arrives; `inputs` is the round's row of the clock's inputs (leaves [N],
+    by client)."""
+    ids = self.cohort_ids(state)
+    row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs)
+    keys = jax.vmap(clock_part.dispatch_key, in_axes=(None, 0, 0))(
+        state.key, row['dispatch_round'], ids)
+
+    def plan_at_dispatch(dispatch_round, client, key):
+      start = jax.tree.map(lambda t: t[client], state.extras['start'])
+      plan = self.plan_clients(
+          state.replace(round=dispatch_round, params=start), client[None],
+          key[None])
+      plan = plan.replace(mask=plan.client_masks(), mask_table=None,
+                          mask_row=None)
+      return jax.tree.map(lambda x: x[0], plan)
+
+    plans = jax.vmap(plan_at_dispatch)(row['dispatch_round'], ids, keys)
+    return plans.replace(active=row['arrives'], start_model=ids,
+                         extras={**(plans.extras or {}), 'clock': row})
+
   def round_inputs(self, first: int, count: int) -> PyTree:
     """Host-made inputs of rounds [first, first + count) (leaves [count, ...]),
-    the `inputs` of `plan_round`; None (default): plans need none."""
-    del first, count
-    return None
+    the `inputs` of `plan_round`; None (default): plans need none; on the
+    clock, its schedule's (`parts.clock.schedule_inputs`)."""
+    if self.clock is None:
+      return None
+    return self.clock.round_inputs(first, count)
 
   def prepare_rounds(self, state: ServerState, first: int,
                      count: int) -> tuple[ServerState, PyTree]:
@@ -418,9 +501,10 @@ class FederatedAlgorithm:
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
     """A table of start models (leaves [T, ...]) that `plan.start_model`
-    indexes, or None: every client starts from the global params."""
-    del state, plans
-    return None
+    indexes, or None: every client starts from the global params. On the
+    clock: the start table (row n = w_{k_n})."""
+    del plans
+    return None if self.clock is None else state.extras['start']
 
   def local_phase(self, state: ServerState, plans: ClientPlan, data,
                   clients: Clients) -> ClientOutput:
@@ -459,11 +543,16 @@ class FederatedAlgorithm:
     plan = per_client[0].with_row_mask(mask_table)
     output = self.run_client((params, table, data, None),
                              (plan, per_client[1]))
+    delta, weight = output.delta, plan.active_weight()
+    if self.clock is not None:
+      delta, weight = clock_part.weigh_arrival(
+          self.clock.options, plan.extras['clock']['staleness'], delta,
+          weight, jax.tree.map(lambda t: t[plan.start_model], table), params)
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
-        jax.tree.map(one, output.delta), one(plan.active_weight()),
+        jax.tree.map(one, delta), one(weight),
         one(plan.segment), self.num_segments,
-        jax.tree.map(one, self.coverage_masks(plan.mask, output.delta)),
+        jax.tree.map(one, self.coverage_masks(plan.mask, delta)),
         values_masked=True)
     return output.replace(delta=None), sums
 
@@ -583,8 +672,9 @@ class FederatedAlgorithm:
 
   def summary_facts(self) -> dict:
     """Facts of the run's model of the world for summary.json (default none),
-    e.g. the channel noise model a result depends on."""
-    return {}
+    e.g. the channel noise model a result depends on; on the clock, its
+    virtual time and RU (`parts.clock.schedule_facts`)."""
+    return {} if self.clock is None else self.clock.summary_facts()
 
   # ---- evaluation (host loop, between rounds) ----------------------------
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
@@ -611,4 +701,11 @@ class FederatedAlgorithm:
                    outputs: ClientOutput) -> tuple[ServerState, dict]:
     metrics = self.round_metrics(state, plans, outputs)
     new_state = self.aggregate(state, plans, outputs)
+    if self.clock is not None:   # the clock's metrics; w_{q+1} dispatched
+      inputs = plans.extras['clock']
+      metrics.update(clock_part.round_metrics(inputs, plans.is_active()))
+      new_state = new_state.replace(extras={
+          **new_state.extras, 'start': clock_part.redispatch(
+              new_state.extras['start'], plans.client_id,
+              inputs['redispatch'], new_state.params)})
     return new_state.replace(round=state.round + 1), metrics

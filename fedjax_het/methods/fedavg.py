@@ -13,13 +13,17 @@ with replacement ∝ n_c and the server takes their plain mean, the unbiased
 scheme I of Li et al. (2020, "On the convergence of FedAvg on non-IID data").
 Every piece is the base class's shared mechanism: FedAvg is the method that
 changes nothing (it only declares that its deltas are needed as sums alone).
+It runs under the systems part and on the virtual clock (`config.clock`;
+the base class's module docstring gives our reading of FedAvg on it).
 """
 from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import heterogeneity
 
 
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
-  # Runs under lossy uplinks and unequal work (the base class's systems part).
-  option_groups = (heterogeneity.SystemsOptions,)
+  # Runs under lossy uplinks and unequal work (the base class's systems
+  # part) and on the virtual clock (its clock part).
+  option_groups = (heterogeneity.SystemsOptions, ClockOptions)
   sums_deltas_in_map = True

@@ -42,7 +42,10 @@ The server (Alg. 1) runs on a virtual clock (`systems.clock`): idle clients
 are dispatched at a round's start, the round closes ⌈μN⌉ arrivals plus
 T_clk seconds later, and stragglers arrive in later rounds with staleness τ.
 The schedule is simulated on the host and enters the compiled rounds as
-round inputs: slot n of every round is client n, active when its update
+round inputs (`parts.clock.schedule_inputs`, the clock part's; Co-S²P keeps
+its own keys `cos2p.mu`, `t_clk`, `tau_max`, `jitter`, `client_seconds` and
+its analytic cost model, and shares the part's inputs, start table, keys,
+metrics and facts): slot n of every round is client n, active when its update
 arrives; it trains lazily at arrival from the global model of its dispatch
 round (`extras['start']` row n: the model client n was dispatched with),
 with its key and window drawn from the dispatch round, which gives the same
@@ -107,6 +110,8 @@ from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
                                 is_bool, non_negative, non_negative_int,
                                 option, positive, positive_int, same_value,
                                 subset_of)
+from fedjax_het.parts import clock as clock_part
+from fedjax_het.parts.clock import per_client
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import clock, vit_cost
 
@@ -152,15 +157,6 @@ class Cos2pOptions(OptionGroup):
   bandwidth_bps: float = option(1e9, 'client link bandwidth in bit/s (analytic model)', check=positive)
   device_speeds: dict = option({}, 'effective training FLOP/s per device type, overriding 15e12·TOPS/275 (e.g. a fit of the paper\'s RU)')
   speed_scale: float = option(1.0, 'multiplies every device\'s FLOP/s (a scaled model on a paper-scale clock; scale bandwidth_bps too)', check=positive)
-
-
-def _per_client(name: str, values: tuple, num_clients: int) -> tuple:
-  if len(values) == 1:
-    return tuple(values) * num_clients
-  if len(values) != num_clients:
-    raise ConfigError(f'cos2p.{name} must hold 1 or num_clients '
-                      f'({num_clients}) values, got {len(values)}.')
-  return tuple(values)
 
 
 def straight_through(logits: jax.Array, key: jax.Array, ste: str) -> jax.Array:
@@ -242,8 +238,8 @@ class Cos2p(FederatedAlgorithm):
                                        **self.fixed_options)
     super().__init__(config, model, data)
     n, o = self.num_clients, self.options
-    self.budgets = np.asarray(_per_client('budgets', o.budgets, n), np.float64)
-    self.device_types = _per_client('device_types', o.device_types, n)
+    self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
+    self.device_types = per_client('cos2p.device_types', o.device_types, n)
     self.width = np.sqrt(self.budgets * o.width_depth_ratio).clip(max=1.0)
     depth_rate = np.sqrt(self.budgets / o.width_depth_ratio).clip(max=1.0)
     if o.width_masks == 'full':
@@ -338,8 +334,8 @@ class Cos2p(FederatedAlgorithm):
     of the client's window and width on its device type."""
     o, rounds = self.options, self.config.rounds
     if o.client_seconds:
-      seconds = _per_client('client_seconds', o.client_seconds,
-                            self.num_clients)
+      seconds = per_client('cos2p.client_seconds', o.client_seconds,
+                           self.num_clients)
       return clock.fixed_durations([[s] * rounds for s in seconds])
     shape = self.cost_shape()
     devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
@@ -411,28 +407,14 @@ class Cos2p(FederatedAlgorithm):
     """Rounds [first, first + count) of the schedule, as compiled-round xs;
     'redispatch': the clients dispatched again at the next round's start
     (their update arrived or was dropped)."""
-    inputs = self.schedule.round_inputs(first, count)
-    rows = slice(first, first + count)
-    busy = self.schedule.busy[rows]
-    window = (self.schedule.end_time - self.schedule.start_time)[rows]
-    return {**inputs, 'busy_seconds': busy.astype(np.float32),
-            'window_seconds': np.broadcast_to(
-                window[:, None], busy.shape).astype(np.float32),
-            'redispatch': inputs['arrives'] | self.schedule.dropped[rows]}
+    return clock_part.schedule_inputs(self.schedule, first, count)
 
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
     staleness) and, per client, its mean virtual seconds per round and, for
     square images, the analytic memory of its window at offset 0 (params,
     gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
-    s, rounds = self.schedule, self.config.rounds
-    seconds = s.update_seconds[:rounds].sum(0) / np.maximum(
-        s.arrivals[:rounds].sum(0), 1)
-    facts = {'virtual_time_s': float(s.end_time[rounds - 1]),
-             'ru_eq17': float(s.ru_eq17()), 'ru_busy': float(s.ru_busy()),
-             'ru_time_weighted': float(s.ru_time_weighted()),
-             'max_staleness': int(s.max_staleness),
-             'client_round_seconds': [float(x) for x in seconds]}
+    facts = clock_part.schedule_facts(self.schedule, self.config.rounds)
     if self.data_shape[0] == self.data_shape[1]:
       shape = self.cost_shape()
       facts['client_memory_bytes'] = [
@@ -503,9 +485,7 @@ class Cos2p(FederatedAlgorithm):
                  client: jax.Array) -> jax.Array:
     """The key of a client's work dispatched in `dispatch_round`: the one
     `FederatedAlgorithm.plan_round` gives it in that round."""
-    round_key = jax.random.fold_in(state.key, dispatch_round)
-    clients_key = jax.random.split(round_key)[1]
-    return jax.random.fold_in(jax.random.fold_in(clients_key, client), 0)
+    return clock_part.dispatch_key(state.key, dispatch_round, client)
 
   def round_units(self, dispatch: jax.Array, keys: jax.Array) -> dict:
     """The fixed (not learned) unit masks of the round: {kind: [N, L, U]}."""
@@ -546,8 +526,7 @@ class Cos2p(FederatedAlgorithm):
     """'start': row n the model client n was dispatched with (w_0 for all);
     with `charges_realised_masks`, 'charged_seconds' (module docstring)."""
     n = self.num_clients
-    extras = {'start': jax.tree.map(
-        lambda p: jnp.broadcast_to(p, (n,) + p.shape), params)}
+    extras = {'start': clock_part.start_table(params, n)}
     if self.charges_realised_masks:
       extras['charged_seconds'] = jnp.asarray(self.charged)
     return extras
@@ -709,10 +688,8 @@ class Cos2p(FederatedAlgorithm):
     else:
       update = self.staleness_weighted(state, plans, delta, units, active)
     params = jax.tree.map(jnp.add, state.params, update)
-    again = plans.extras['redispatch']        # dispatched with w_{q+1}
-    start = jax.tree.map(
-        lambda s, p: jnp.where(again.reshape((-1,) + (1,) * p.ndim), p[None],
-                               s), state.extras['start'], params)
+    start = clock_part.redispatch(state.extras['start'], plans.client_id,
+                                  plans.extras['redispatch'], params)
     return state.replace(params=params,
                          extras={**state.extras, 'start': start},
                          clients=self.next_clients(state, plans, outputs))
@@ -764,11 +741,7 @@ class Cos2p(FederatedAlgorithm):
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
         'bytes_up': jnp.sum(jnp.where(active, up, 0.0)),
-        'virtual_seconds': plans.extras['window_seconds'][0],
-        'busy_seconds': jnp.sum(plans.extras['busy_seconds']),
-        'arrivals': jnp.sum(active).astype(jnp.float32),
-        'staleness': jnp.sum(jnp.where(active, plans.extras['staleness'],
-                                       0)).astype(jnp.float32),
+        **clock_part.round_metrics(plans.extras, active),
     }
 
   # ---- evaluation --------------------------------------------------------------

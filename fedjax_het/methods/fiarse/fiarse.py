@@ -25,6 +25,10 @@ Registered methods:
   fiarse_layerwise  one threshold per layer/stage (App. D.1, Tables 6–7).
   pruning_greedy    the round-start mask m0 kept fixed, plain masked gradient
                     ∇F(x ⊙ m0) ⊙ m0 (Zhou et al. 2023; Tables 6–7).
+
+All three run on the virtual clock (`config.clock`, the base class's clock
+part): a stale client's thresholds and mask are those of the model it was
+dispatched with, w_{k_n}.
 """
 import jax
 import jax.numpy as jnp
@@ -32,6 +36,7 @@ import jax.numpy as jnp
 from fedjax_het import models
 from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import magnitude
 from fedjax_het.submodel.tcb import plain_mask, tcb_mask
 
@@ -41,6 +46,7 @@ class Fiarse(SubmodelAlgorithm):
 
   name = 'fiarse'
   default_partial_average = 'nonzero'
+  option_groups = SubmodelAlgorithm.option_groups + (ClockOptions,)
   # TCB-GD straight-through forward; False trains the fixed round-start mask.
   straight_through = True
 

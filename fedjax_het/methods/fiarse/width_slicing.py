@@ -16,12 +16,17 @@ channels of every hidden layer (for FedRolex too).
   the client samples a width uniformly among the levels' widths not above its
   own and trains that prefix (self-distillation, optional in FjORD, is not
   used); no Scaler.
+
+All of them (ScaleFL too) run on the virtual clock (`config.clock`, the base
+class's clock part): a stale client trains the submodel of its dispatch
+round (FedRolex's window of round k_n) from the model of that round.
 """
 import jax
 import jax.numpy as jnp
 
 from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import width
 
 
@@ -30,6 +35,7 @@ class HeteroFL(SubmodelAlgorithm):
 
   name = 'heterofl'
   default_partial_average = 'mask'
+  option_groups = SubmodelAlgorithm.option_groups + (ClockOptions,)
   scaler_allowed = True
 
   def __init__(self, config, model, data):

@@ -1,0 +1,233 @@
+"""The semi-asynchronous virtual clock as a part (`config.clock`).
+
+`systems.clock.simulate` (Co-S²P's Alg. 1, host numpy) decides who arrives
+in which round: every idle client is dispatched at a round's start with the
+global model w_q, the round closes ⌈μN⌉ arrivals plus T_clk seconds later,
+and a straggler's update arrives in a later round q with staleness
+τ = q − k_n (k_n its dispatch round; above `tau_max` it is dropped and the
+client dispatched again). This module turns a schedule into what compiled
+rounds read, and keeps the stale-model table:
+
+- round inputs (`schedule_inputs`), leaves [count, N]: 'arrives',
+  'staleness', 'dispatch_round', 'busy_seconds', 'window_seconds' and
+  'redispatch' (arrived or dropped: dispatched again with w_{q+1});
+- the start table (`start_table`, `redispatch`): row n is the global model
+  client n was dispatched with, w_{k_n}; a client trains from its row, so a
+  stale client starts from the model of its dispatch round;
+- `dispatch_key`: the key a client's work gets is the one
+  `FederatedAlgorithm.plan_round` gives it in its dispatch round, so training
+  lazily at arrival equals training at dispatch (a busy client's inputs
+  cannot change);
+- `weigh_arrival`: an arriving update's delta and weight in the round's
+  mean Σ w_n Δ_n / Σ w_n: 'none' as they are; 'polynomial' the delta scaled
+  by s(τ) = (1 + τ)^−a (FedAsync's polynomial staleness function; FedBuff's
+  s(τ) = 1/√(1 + τ) is a = ½), so the mean is Σ w_n s(τ_n) Δ_n / Σ w_n as
+  FedBuff's buffer mean and a lone stale arrival moves the model by
+  s(τ)·Δ; 'cos2p' the weight scaled by Co-S²P's Eq. 4 with the whole model
+  as one segment,
+      γ_n = ‖Δ_n‖₁ / (‖w_q − w_{k_n}‖₁ + size(w)),
+  so the mean Σ w_n γ_n Δ_n / Σ w_n γ_n is Eq. 5 (with uniform weights
+  w_n; γ only weighs arrivals of one round against each other);
+- the clock's round metrics and summary facts (virtual time, RU in the
+  three forms of `systems.clock`, the largest staleness).
+
+Client round times are `client_seconds` (default `local_steps` seconds for
+every client: FedAvg's clients do equal work) times the lognormal jitter;
+they are host-made before the rounds, so the systems part's T_m (drawn in
+the compiled round) sets a client's steps, not its seconds.
+
+Co-S²P (`methods/cos2p/cos2p.py`) keeps its own keys (`cos2p.mu`, ...) and
+analytic cost model, and uses the same schedule inputs, start table, keys,
+metrics and facts. `FederatedAlgorithm` runs a method that lists
+`ClockOptions` under the clock when the section is not at its defaults
+(`base.py`'s module docstring gives the reading).
+"""
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het.options import (ConfigError, OptionGroup, each, finite,
+                                in_range, non_negative, option, positive)
+from fedjax_het.systems import clock
+
+PyTree = Any
+STALENESS_WEIGHTS = ('none', 'cos2p', 'polynomial')
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockOptions(OptionGroup):
+  """`config.clock`: the virtual clock a method runs under (module docstring)."""
+  key = 'clock'
+  mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates (1/N with t_clk = 0: fully asynchronous)', check=in_range(0, 1, closed_low=False))
+  t_clk: float = option(0.0, 'T_clk: seconds the server keeps accepting after ⌈μN⌉ arrivals', check=non_negative)
+  tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never)', check=in_range(-1, math.inf))
+  client_seconds: tuple = option((), 'fixed seconds of a client round, one value for every client or one per client; empty: local_steps seconds (equal work), times the jitter', check=each(positive))
+  jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (as cos2p.jitter)', check=non_negative)
+  staleness_weight: str = option('none', "an update of staleness τ in the round's mean: none | polynomial (its delta times (1 + τ)^−a, FedBuff / FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
+  staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedBuff: ½)", check=non_negative)
+
+  def validate(self) -> None:
+    finite('clock.t_clk', self.t_clk)
+    if self.staleness_weight != 'polynomial' and self.staleness_exponent != 0.5:
+      raise ConfigError(
+          f'clock.staleness_exponent = {self.staleness_exponent!r} is read '
+          "only with clock.staleness_weight='polynomial'; leave it unset.")
+    if (self.mu < 1 and self.jitter == 0 and
+        len(set(self.client_seconds)) <= 1):
+      raise ConfigError(
+          f'clock.mu = {self.mu!r} with equal client times (clock.jitter = 0, '
+          'one clock.client_seconds) keeps every round synchronous; set '
+          'unequal clock.client_seconds or a clock.jitter > 0.')
+    # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
+    # γ still weighs the arrivals by their deltas, the others act on τ only.
+    for key, value, unset in (('tau_max', self.tau_max, -1),
+                              ('staleness_weight', self.staleness_weight,
+                               'none')):
+      if self.mu == 1 and value not in (unset, 'cos2p'):
+        raise ConfigError(
+            f'clock.{key} = {value!r} acts on stale updates, but at clock.mu '
+            '= 1 every update arrives in the round it was dispatched in '
+            '(τ = 0); set clock.mu < 1 or leave it unset.')
+
+
+def per_client(key: str, values: tuple, num_clients: int) -> tuple:
+  """One value per client: `values` as given, or its single value repeated."""
+  if len(values) == 1:
+    return tuple(values) * num_clients
+  if len(values) != num_clients:
+    raise ConfigError(f'{key} must hold 1 or num_clients ({num_clients}) '
+                      f'values, got {len(values)}.')
+  return tuple(values)
+
+
+class VirtualClock:
+  """The host side of the part: the schedule of a run's rounds.
+
+  Args:
+    options: the `clock` section.
+    num_clients: N (every client is dispatched whenever idle).
+    rounds: Q, the rounds simulated.
+    local_steps: the default seconds of a client round (one per local step).
+    seed: the jitter's seed.
+  """
+
+  def __init__(self, options: ClockOptions, *, num_clients: int, rounds: int,
+               local_steps: int, seed: int):
+    self.options = options
+    seconds = per_client('clock.client_seconds',
+                         options.client_seconds or (float(local_steps),),
+                         num_clients)
+    duration = clock.with_jitter(
+        clock.fixed_durations([[s] * rounds for s in seconds]),
+        options.jitter, seed)
+    self.schedule = clock.simulate(
+        duration, num_clients=num_clients, rounds=rounds, mu=options.mu,
+        t_clk=options.t_clk,
+        tau_max=None if options.tau_max < 0 else options.tau_max)
+    self.rounds = rounds
+
+  def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
+    return schedule_inputs(self.schedule, first, count)
+
+  def summary_facts(self) -> dict:
+    return schedule_facts(self.schedule, self.rounds)
+
+
+# ---- host: schedule → round inputs and facts --------------------------------
+def schedule_inputs(schedule: clock.Schedule, first: int,
+                    count: int) -> dict[str, np.ndarray]:
+  """Rounds [first, first + count) of `schedule` as compiled-round xs, leaves
+  [count, N]: `Schedule.round_inputs`, the seconds each client was busy in
+  the round's window, the window's length (per client, for the map), and
+  'redispatch': dispatched again at the next round's start (arrived or
+  dropped)."""
+  inputs = schedule.round_inputs(first, count)
+  rows = slice(first, first + count)
+  busy = schedule.busy[rows]
+  window = (schedule.end_time - schedule.start_time)[rows]
+  return {**inputs, 'busy_seconds': busy.astype(np.float32),
+          'window_seconds': np.broadcast_to(
+              window[:, None], busy.shape).astype(np.float32),
+          'redispatch': inputs['arrives'] | schedule.dropped[rows]}
+
+
+def schedule_facts(schedule: clock.Schedule, rounds: int) -> dict:
+  """summary.json's clock: virtual time, RU (Eq. 17, busy, time-weighted),
+  the largest staleness and each client's mean seconds per arriving update."""
+  seconds = schedule.update_seconds[:rounds].sum(0) / np.maximum(
+      schedule.arrivals[:rounds].sum(0), 1)
+  return {'virtual_time_s': float(schedule.end_time[rounds - 1]),
+          'ru_eq17': float(schedule.ru_eq17()),
+          'ru_busy': float(schedule.ru_busy()),
+          'ru_time_weighted': float(schedule.ru_time_weighted()),
+          'max_staleness': int(schedule.max_staleness),
+          'client_round_seconds': [float(x) for x in seconds]}
+
+
+# ---- compiled: keys, the start table, weights, metrics ----------------------
+def dispatch_key(key: jax.Array, dispatch_round: jax.Array,
+                 client: jax.Array) -> jax.Array:
+  """The key of client `client`'s work dispatched in `dispatch_round`: the
+  one `FederatedAlgorithm.plan_round` gives it in that round (`key` the
+  state's seed key)."""
+  clients_key = jax.random.split(jax.random.fold_in(key, dispatch_round))[1]
+  return jax.random.fold_in(jax.random.fold_in(clients_key, client), 0)
+
+
+def start_table(params: PyTree, num_clients: int) -> PyTree:
+  """The round-0 table, leaves [N, ...]: every client dispatched with w_0."""
+  return jax.tree.map(
+      lambda p: jnp.broadcast_to(p, (num_clients,) + p.shape), params)
+
+
+def redispatch(table: PyTree, client_ids: jax.Array, again: jax.Array,
+               params: PyTree) -> PyTree:
+  """`table` with the rows of the slots' clients `client_ids` [K] (distinct)
+  that are dispatched again (`again`, bool [K]) set to `params` = w_{q+1}."""
+  def leaf(t, p):
+    rows = t[client_ids]
+    fresh = jnp.where(again.reshape((-1,) + (1,) * p.ndim), p[None], rows)
+    return t.at[client_ids].set(fresh)
+
+  return jax.tree.map(leaf, table, params)
+
+
+def weigh_arrival(options: ClockOptions, staleness: jax.Array,
+                  delta: PyTree, weight: jax.Array, start: PyTree,
+                  params: PyTree) -> tuple[PyTree, jax.Array]:
+  """(delta, weight) of one arriving update in the round's weighted mean
+  (module docstring); 'none' returns them unchanged, bit for bit.
+
+  Args:
+    options: the `clock` section.
+    staleness: τ, int scalar.
+    delta: the client's delta Δ (start − end).
+    weight: its aggregation weight (0 on an idle slot).
+    start: its start model w_{k_n}; params: the global model w_q.
+  """
+  if options.staleness_weight == 'none':
+    return delta, weight
+  if options.staleness_weight == 'polynomial':
+    scale = (1.0 + staleness.astype(jnp.float32)) ** -options.staleness_exponent
+    return jax.tree.map(lambda d: d * scale.astype(d.dtype), delta), weight
+  l1 = lambda tree: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree))
+  size = sum(x.size for x in jax.tree.leaves(params))
+  drift = l1(jax.tree.map(jnp.subtract, params, start))
+  return delta, weight * l1(delta) / (drift + size)
+
+
+def round_metrics(extras: dict, active: jax.Array) -> dict[str, jax.Array]:
+  """The clock's round metrics from the slots' clock inputs (`extras`,
+  leaves [K]): the round's virtual seconds, client busy seconds, arrivals
+  and their summed staleness (running totals in the logs)."""
+  return {
+      'virtual_seconds': extras['window_seconds'][0],
+      'busy_seconds': jnp.sum(extras['busy_seconds']),
+      'arrivals': jnp.sum(active).astype(jnp.float32),
+      'staleness': jnp.sum(jnp.where(active, extras['staleness'],
+                                     0)).astype(jnp.float32),
+  }
