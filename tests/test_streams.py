@@ -168,16 +168,12 @@ def test_the_docstring_table_lists_every_stream():
   assert rows == {s.name: (s.number, s.parent.name) for s in Stream}
 
 
-# Awaiting its switch to the table (another branch edits it).
-_PENDING = {'cos2p.py'}
-
-
 def test_no_literal_stream_constants_in_the_library():
   """A stream constant outside the table: a name with STREAM or KEY bound to
   an int literal (e.g. `_EVAL_KEY = 12`)."""
   pattern = re.compile(
       r'^\s*_?[A-Z_, ]*(STREAM|KEY)[A-Z_, ]*=\s*\(?\s*(\d|0x)', re.M)
   offenders = [path.name for path in LIBRARY.rglob('*.py')
-               if path.name not in _PENDING and path.name != 'key_streams.py'
+               if path.name != 'key_streams.py'
                and pattern.search(path.read_text())]
   assert offenders == []

@@ -103,7 +103,8 @@ import optax
 from fedjax_het import evaluation, optim
 from fedjax_het.methods import self_distillation
 from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
-from fedjax_het.core import aggregation, program
+from fedjax_het.core import aggregation, key_streams, program
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
@@ -116,7 +117,6 @@ from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import clock, vit_cost
 
 PyTree = Any
-_MASK_DRAW_KEY, _RANDOM_UNITS_KEY = 7, 8
 
 
 def _budgets(key: str, value) -> None:
@@ -499,8 +499,8 @@ class Cos2p(FederatedAlgorithm):
             rolling_units(count, r, k), (layers, count)))(width, dispatch)
       else:   # random: RAM-Fed, or the kinds a learned mask leaves random
         def draw(r, key, kind_index=i):
-          key = jax.random.fold_in(jax.random.fold_in(key, _RANDOM_UNITS_KEY),
-                                   kind_index)
+          key = jax.random.fold_in(
+              key_streams.fold(key, Stream.COS2P_RANDOM_UNITS), kind_index)
           return jax.vmap(lambda k: random_units(count, r, k))(
               jax.random.split(key, layers))
         out[kind] = jax.vmap(draw)(width, keys)
@@ -654,7 +654,7 @@ class Cos2p(FederatedAlgorithm):
     """After a mask phase that ran: M drawn once from σ(I) (Alg. 2 l.13)."""
     state = local.client_state
     ran = plan.extras['mask_steps'] > 0
-    key = jax.random.fold_in(plan.key, _MASK_DRAW_KEY)
+    key = key_streams.fold(plan.key, Stream.COS2P_MASK_DRAW)
     mask = dict(state['mask'])
     for i, kind in enumerate(self.options.learned_units):
       p = jax.nn.sigmoid(state['logits'][kind])

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
-from fedjax_het.core import program
+from fedjax_het.core import key_streams, program
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import width
 
@@ -89,6 +90,7 @@ class FjORD(HeteroFL):
 
   def forward_params(self, params, plan, ctx):
     allowed = jnp.sum(self.rates <= plan.extras['rate'] * (1 + 1e-6))
-    choice = jax.random.randint(ctx.key, (), 0, allowed)
+    choice = jax.random.randint(
+        key_streams.fold(ctx.key, Stream.FJORD_WIDTH), (), 0, allowed)
     rate = jnp.sort(self.rates)[choice]
     return program.apply_mask(params, width.width_mask(self.layout, rate))
