@@ -58,9 +58,20 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
 def test_the_same_values_are_read_by_their_methods():
   for algorithm, key, value in [('fedacs', 'systems__q', (0.3,)),
                                 ('hist', 'hierarchy__num_cells', 3),
+                                ('fedavg', 'hierarchy__num_cells', 3),
+                                ('fedavg', 'hierarchy__edge_channel', 'aircomp'),
                                 ('cos2p', 'cos2p__mu', 0.25),
                                 ('fiarse', 'submodel__partial_average', 'mask')]:
     config_lib.validate(configured(algorithm, **{key: value}))
+
+
+def test_cells_and_the_aircomp_channel_are_parts_of_fedavg_and_hist():
+  """The matrix's cells and AirComp rows: FedAvg runs under them (the cells
+  part, tests/test_cells_part.py) beside HIST and HFedAvg; every other method
+  refuses them in one line."""
+  readers = {name for name, cls in ALGORITHMS.items()
+             if any(g.key == 'hierarchy' for g in cls.option_groups)}
+  assert readers == {'fedavg', 'hist', 'hfedavg'}
 
 
 def test_natural_options_need_the_natural_partition():
@@ -95,7 +106,8 @@ def test_the_resolved_config_holds_what_the_baseline_trains_with():
 def test_show_config_and_a_run_refuse_in_one_line(capsys, tmp_path):
   for extra in (['--show-config'], [f'--workdir={tmp_path / "run"}']):
     err = one_line_error(capsys, cli.main(QUICK + [
-        '--config.hierarchy.edge_channel=aircomp', *extra]))
-    assert ("hierarchy.edge_channel = 'aircomp' is set, but fedavg does not "
-            'read the hierarchy section') in err
+        '--config.hierarchy.num_cells=2',
+        '--config.hierarchy.partition_sizes=optimized', *extra]))
+    assert ("hierarchy.partition_sizes = 'optimized' is set, but fedavg does "
+            'not read it') in err
   assert not (tmp_path / 'run').exists()

@@ -1,0 +1,147 @@
+"""FedAvg under the cells part (`fedjax_het.parts.cells`): E edge rounds in N
+cells, OMA or AirComp edge sums, the cloud over the cells; off at the
+section's defaults."""
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import config as config_lib
+from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.options import ConfigError
+from engine_utils import tiny_config, tiny_fedavg
+
+# The tiny federation: 6 clients in cells {0, 1, 2} and {3, 4, 5}, K = 4 of
+# them sampled per round (a cell may have one client or none).
+SOLVER = {'beamformer_sca_steps': 3, 'beamformer_inner_steps': 20}
+
+
+@functools.lru_cache(maxsize=None)
+def fedavg_run(rounds=2, **hierarchy):
+  """(algorithm, first state, final state, metrics) of FedAvg on the tiny
+  federation with `config.hierarchy` updated by `hierarchy`, run once."""
+  config = tiny_config()
+  config.hierarchy.update(hierarchy)
+  config_lib.validate(config)
+  algorithm, state, data = tiny_fedavg(config)
+  first = jax.tree.map(jnp.copy, state)  # the runner donates its state
+  final, metrics = RoundRunner(algorithm, 'vmap').run(state, data, rounds)
+  return algorithm, first, final, jax.device_get(metrics)
+
+
+TWO_CELLS = {'num_cells': 2, 'cloud_weights': 'clients'}
+
+
+def test_neutral_settings_leave_fedavg_as_it_is():
+  """One cell, one edge round and OMA set explicitly: the part is off and
+  the parameters are bit-identical to the run without the section."""
+  *_, flat, flat_metrics = fedavg_run()
+  algorithm, _, neutral, metrics = fedavg_run(num_cells=1, edge_rounds=1,
+                                              edge_channel='oma')
+  assert algorithm.cells is None and algorithm.sums_deltas_in_map
+  chex.assert_trees_all_equal(neutral.params, flat.params)
+  np.testing.assert_array_equal(metrics['bytes_up'], flat_metrics['bytes_up'])
+
+
+def test_two_cells_one_edge_round_is_flat_fedavg():
+  """The cloud weighting cells by their clients' total weight W_j of edge
+  means Σ_{i∈j} w_i Δ_i / W_j is the flat mean Σ w_i Δ_i / W: same cohort and
+  keys, equal to float rounding (the two-level sum divides by W_j and
+  multiplies back, so it is not bit-identical)."""
+  *_, flat, flat_metrics = fedavg_run()
+  algorithm, first, cells, metrics = fedavg_run(**TWO_CELLS)
+  assert algorithm.cells.cell_sizes == (3, 3) and algorithm.num_segments == 2
+  plans = jax.device_get(algorithm.plan_round(first))
+  np.testing.assert_array_equal(plans.segment, plans.client_id // 3)
+  chex.assert_trees_all_close(cells.params, flat.params, rtol=1e-5,
+                              atol=1e-7)
+  for key in ('bytes_up', 'bytes_down', 'train_loss'):
+    np.testing.assert_allclose(metrics[key], flat_metrics[key], rtol=1e-6)
+
+
+def test_noiseless_aircomp_equals_oma_and_noise_changes_the_model():
+  *_, oma, _ = fedavg_run(**TWO_CELLS)
+  algorithm, _, silent, metrics = fedavg_run(
+      **TWO_CELLS, edge_channel='aircomp', aircomp_noise='none', **SOLVER)
+  assert not algorithm.sums_deltas_in_map   # AirComp reads every delta
+  assert algorithm.summary_facts()['aircomp_noise'] == 'none (noiseless)'
+  chex.assert_trees_all_close(silent.params, oma.params, rtol=1e-4,
+                              atol=1e-7)
+  assert np.all(metrics['beamformer_gain'] >=
+                metrics['beamformer_initial_gain'])
+  *_, noisy, noisy_metrics = fedavg_run(
+      **TWO_CELLS, edge_channel='aircomp', snr_db_slow=-10.0,
+      snr_db_fast=0.0, **SOLVER)
+  leaves = jax.tree.leaves(noisy.params)
+  assert all(np.all(np.isfinite(leaf)) for leaf in leaves)
+  assert not np.allclose(noisy.params['fc1']['kernel'],
+                         oma.params['fc1']['kernel'], atol=1e-3)
+  assert np.all(noisy_metrics['aircomp_mse'] > 0)
+
+
+def test_two_edge_rounds_equal_a_per_cell_reference_loop():
+  """One global round with E = 2, against client_update from each cell's
+  edge model: edge round e > 0 folds e into the clients' keys, the edge mean
+  weighs Δ by the clients' weights, the cloud averages the cells with
+  clients (uniform), the server (η_s = 1) takes the cloud model."""
+  algorithm, first, final, metrics = fedavg_run(rounds=1, num_cells=2,
+                                                edge_rounds=2)
+  *_, one_edge_round, one_metrics = fedavg_run(rounds=1, num_cells=2)
+  assert not np.allclose(final.params['fc1']['kernel'],
+                         one_edge_round.params['fc1']['kernel'])
+  np.testing.assert_allclose(metrics['bytes_up'],
+                             2 * one_metrics['bytes_up'])
+  data = jax.device_get(tiny_fedavg()[2])
+  plans = algorithm.plan_round(first)
+  update = jax.jit(algorithm.client_update)
+  edge = {int(j): first.params for j in np.unique(plans.segment)}
+  for e in range(2):
+    moved = {}
+    for j, start in edge.items():
+      weighted, total = None, 0.0
+      for k in np.flatnonzero(np.asarray(plans.segment) == j):
+        plan = jax.tree.map(lambda x, k=k: x[k], plans)
+        if e:
+          plan = plan.replace(key=jax.random.fold_in(plan.key, e))
+        term = jax.tree.map(lambda d, w=plan.weight: w * d,
+                            update(start, plan, data).delta)
+        weighted = term if weighted is None else jax.tree.map(
+            jnp.add, weighted, term)
+        total += float(plan.weight)
+      moved[j] = jax.tree.map(lambda p, s, t=total: p - s / t, start,
+                              weighted)
+    edge = moved
+  cloud = jax.tree.map(lambda *xs: sum(xs) / len(xs), *edge.values())
+  chex.assert_trees_all_close(final.params, cloud, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('key,value,says', [
+    ('partition_sizes', 'optimized', "latency model are HIST's (read by hist, hfedavg)"),
+    ('edge_weights', 'examples', "latency model are HIST's"),
+    ('cpu_ghz_slow', (1.0, 1.5), "latency model are HIST's"),
+    ('aircomp_power', 2.0, "reads it only with hierarchy.edge_channel='aircomp'"),
+])
+def test_fedavg_refuses_the_keys_it_does_not_read_in_one_line(key, value,
+                                                              says):
+  config = tiny_config()
+  config.hierarchy.update({'num_cells': 2, key: value})
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(config)
+  message = str(raised.value)
+  assert message.startswith(f'hierarchy.{key} = {value!r} is set, but fedavg')
+  assert says in message and '\n' not in message
+  config.algorithm = 'hfedavg'
+  config.clients_per_round = config.num_clients
+  config_lib.validate(config)        # HIST's methods read every key
+
+
+def test_a_key_set_while_the_part_is_off_is_refused():
+  config = tiny_config()
+  config.hierarchy.cloud_weights = 'clients'
+  with pytest.raises(ConfigError, match='runs without cells at one cell'):
+    config_lib.validate(config)
+  config.hierarchy.edge_rounds = 2
+  config_lib.validate(config)
