@@ -82,11 +82,35 @@ def test_noiseless_aircomp_equals_oma_and_noise_changes_the_model():
   assert np.all(noisy_metrics['aircomp_mse'] > 0)
 
 
+def reference_round(algorithm, first, edge_rounds):
+  """The global params after one round, from `client_update` per client: the
+  cells' edge models, E edge rounds (e > 0 folded into the clients' keys),
+  each edge mean weighing Δ by the plans' weights; the cloud averages the
+  cells with weight (uniform); the server (η_s = 1) takes the cloud model."""
+  data = tiny_fedavg()[2]
+  plans = algorithm.plan_round(first)
+  update = jax.jit(algorithm.client_update)
+  segment, weight = np.asarray(plans.segment), np.asarray(plans.weight)
+  edge = {j: first.params for j in np.unique(segment)
+          if weight[segment == j].sum() > 0}
+  for e in range(edge_rounds):
+    moved = {}
+    for j, start in edge.items():
+      members = np.flatnonzero(segment == j)
+      total = float(weight[members].sum())
+      step = jax.tree.map(jnp.zeros_like, start)
+      for k in members:
+        plan = jax.tree.map(lambda x, k=k: x[k], plans)
+        if e:
+          plan = plan.replace(key=jax.random.fold_in(plan.key, e))
+        step = jax.tree.map(lambda s, d, w=float(weight[k]): s + w * d, step,
+                            update(start, plan, data).delta)
+      moved[j] = jax.tree.map(lambda p, s, t=total: p - s / t, start, step)
+    edge = moved
+  return jax.tree.map(lambda *xs: sum(xs) / len(xs), *edge.values())
+
+
 def test_two_edge_rounds_equal_a_per_cell_reference_loop():
-  """One global round with E = 2, against client_update from each cell's
-  edge model: edge round e > 0 folds e into the clients' keys, the edge mean
-  weighs Δ by the clients' weights, the cloud averages the cells with
-  clients (uniform), the server (η_s = 1) takes the cloud model."""
   algorithm, first, final, metrics = fedavg_run(rounds=1, num_cells=2,
                                                 edge_rounds=2)
   *_, one_edge_round, one_metrics = fedavg_run(rounds=1, num_cells=2)
@@ -94,28 +118,28 @@ def test_two_edge_rounds_equal_a_per_cell_reference_loop():
                          one_edge_round.params['fc1']['kernel'])
   np.testing.assert_allclose(metrics['bytes_up'],
                              2 * one_metrics['bytes_up'])
-  data = jax.device_get(tiny_fedavg()[2])
-  plans = algorithm.plan_round(first)
-  update = jax.jit(algorithm.client_update)
-  edge = {int(j): first.params for j in np.unique(plans.segment)}
-  for e in range(2):
-    moved = {}
-    for j, start in edge.items():
-      weighted, total = None, 0.0
-      for k in np.flatnonzero(np.asarray(plans.segment) == j):
-        plan = jax.tree.map(lambda x, k=k: x[k], plans)
-        if e:
-          plan = plan.replace(key=jax.random.fold_in(plan.key, e))
-        term = jax.tree.map(lambda d, w=plan.weight: w * d,
-                            update(start, plan, data).delta)
-        weighted = term if weighted is None else jax.tree.map(
-            jnp.add, weighted, term)
-        total += float(plan.weight)
-      moved[j] = jax.tree.map(lambda p, s, t=total: p - s / t, start,
-                              weighted)
-    edge = moved
-  cloud = jax.tree.map(lambda *xs: sum(xs) / len(xs), *edge.values())
-  chex.assert_trees_all_close(final.params, cloud, rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(final.params,
+                              reference_round(algorithm, first, 2),
+                              rtol=1e-5, atol=1e-6)
+
+
+def test_cells_compose_with_lossy_links_and_unequal_work():
+  """The systems part's plans run in cells: client m trains T_m steps in
+  every edge round, a dropped update weighs 0 in every edge mean, and cell 1,
+  all of whose links fail, is left out of the cloud."""
+  config = tiny_config()
+  config.hierarchy.update(num_cells=2, edge_rounds=2)
+  config.systems.update(q=(0.0, 0.0, 0.0, 1.0, 1.0, 1.0),
+                        local_work=(1, 2, 3, 1, 2, 3))
+  config_lib.validate(config)
+  algorithm, state, data = tiny_fedavg(config)
+  first = jax.tree.map(jnp.copy, state)
+  plans = jax.device_get(algorithm.plan_round(first))
+  np.testing.assert_array_equal(plans.weight > 0, plans.segment == 0)
+  final, _ = RoundRunner(algorithm, 'vmap').run(state, data, 1)
+  chex.assert_trees_all_close(final.params,
+                              reference_round(algorithm, first, 2),
+                              rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('key,value,says', [

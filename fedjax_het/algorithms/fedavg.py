@@ -11,8 +11,9 @@ with w_c = n_c (examples held; `aggregation_weights='examples'`) or 1, and η_s
 With `client_sampling='proportional'` and uniform weights the cohort is K draws
 with replacement ∝ n_c and the server takes their plain mean, the unbiased
 scheme I of Li et al. (2020, "On the convergence of FedAvg on non-IID data").
-Every piece is the base class's shared mechanism: FedAvg is the method that
-changes nothing (it only declares that its deltas are needed as sums alone).
+Without parts every piece is the base class's shared mechanism: FedAvg is the
+method that changes nothing (it only declares that its deltas are needed as
+sums alone).
 
 It runs under two parts: the systems part (lossy uplinks and unequal work,
 the base class's) and the cells part (`config.hierarchy`,
@@ -35,6 +36,7 @@ class FedAvg(FederatedAlgorithm):
   # Runs under lossy uplinks and unequal work (the base class's systems
   # part) and in cells (`self.cells`, None when the section asks for none).
   option_groups = (heterogeneity.SystemsOptions, cells_lib.HierarchyOptions)
+  sums_deltas_in_map = True
   per_round_metrics = cells_lib.PER_ROUND_METRICS
   # Whether the method runs in cells whatever `config.hierarchy` says.
   always_in_cells = False
@@ -53,10 +55,8 @@ class FedAvg(FederatedAlgorithm):
       self.cells = cells_lib.Cells.from_config(
           config, models.parameter_shapes(model, data.x.shape[2:]))
       self.num_segments = self.cells.num_cells
-    # FedAvg needs its deltas only as segment sums, summed in the client map;
-    # AirComp's edge sums read every client's delta.
-    self.sums_deltas_in_map = (self.cells is None or
-                               self.cells.sums_deltas_in_map)
+      # AirComp's edge sums read every client's delta.
+      self.sums_deltas_in_map = self.cells.sums_deltas_in_map
 
   def summary_facts(self) -> dict:
     return {} if self.cells is None else self.cells.facts()

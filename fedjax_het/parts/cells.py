@@ -35,7 +35,9 @@ its participants, so with clients_per_round = num_clients it is Algorithm 1
 with the full model (HFedAvg's training, in FedAvg's cohort order). A cell
 none of whose clients is sampled has coverage 0 and is left out of the cloud
 mean. The edge weights are the method's client weights (FedAvg's
-`aggregation_weights`, times its link outcomes under the systems part).
+`aggregation_weights`, times its link outcomes under the systems part). The
+clients run without per-client state rows (`ServerState.clients`: FedAvg,
+HFedAvg and HIST keep none).
 
 Accounting (`charge`): every planned client downloads its edge model and
 uploads its update once per edge round, so bytes_down / bytes_up are E times
