@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from fedjax_het import config as config_lib
+from fedjax_het import models
+from fedjax_het.algorithms import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
-from engine_utils import tiny_config, tiny_fedavg
+from engine_utils import tiny_config, tiny_data, tiny_fedavg
 
 # The tiny federation: 6 clients in cells {0, 1, 2} and {3, 4, 5}, K = 4 of
 # them sampled per round (a cell may have one client or none).
@@ -20,16 +22,26 @@ SOLVER = {'beamformer_sca_steps': 3, 'beamformer_inner_steps': 20}
 
 
 @functools.lru_cache(maxsize=None)
-def fedavg_run(rounds=2, **hierarchy):
-  """(algorithm, first state, final state, metrics) of FedAvg on the tiny
-  federation with `config.hierarchy` updated by `hierarchy`, run once."""
-  config = tiny_config()
+def method_run(name='fedavg', rounds=2, **hierarchy):
+  """(algorithm, first state, final state, metrics) of method `name` on the
+  tiny federation (submodel methods: capacities 1/4 and 1) with
+  `config.hierarchy` updated by `hierarchy`, run once."""
+  config = tiny_config(algorithm=name)
+  if name != 'fedavg':
+    config.capacities = (0.25, 1.0)
   config.hierarchy.update(hierarchy)
   config_lib.validate(config)
-  algorithm, state, data = tiny_fedavg(config)
+  data = tiny_data()
+  model = models.create_model('mlp', 3, **config.model_options.to_dict())
+  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+  algorithm = ALGORITHMS[name](config, model, data)
+  state = algorithm.init(params, jax.random.PRNGKey(1))
   first = jax.tree.map(jnp.copy, state)  # the runner donates its state
   final, metrics = RoundRunner(algorithm, 'vmap').run(state, data, rounds)
   return algorithm, first, final, jax.device_get(metrics)
+
+
+fedavg_run = functools.partial(method_run, 'fedavg')
 
 
 TWO_CELLS = {'num_cells': 2, 'cloud_weights': 'clients'}
@@ -85,29 +97,45 @@ def test_noiseless_aircomp_equals_oma_and_noise_changes_the_model():
 def reference_round(algorithm, first, edge_rounds):
   """The global params after one round, from `client_update` per client: the
   cells' edge models, E edge rounds (e > 0 folded into the clients' keys),
-  each edge mean weighing Δ by the plans' weights; the cloud averages the
-  cells with weight (uniform); the server (η_s = 1) takes the cloud model."""
-  data = tiny_fedavg()[2]
+  each edge mean the partial average Σ w m Δ / Σ w m of its clients' deltas
+  (m: their submodel masks, 1 without); the cloud averages each coordinate
+  over the cells holding it (uniform); the server (η_s = 1) takes it."""
+  data = tiny_data()
   plans = algorithm.plan_round(first)
   update = jax.jit(algorithm.client_update)
   segment, weight = np.asarray(plans.segment), np.asarray(plans.weight)
+  ones = jax.tree.map(jnp.ones_like, first.params)
   edge = {j: first.params for j in np.unique(segment)
           if weight[segment == j].sum() > 0}
+  held = {}
   for e in range(edge_rounds):
     moved = {}
     for j, start in edge.items():
-      members = np.flatnonzero(segment == j)
-      total = float(weight[members].sum())
-      step = jax.tree.map(jnp.zeros_like, start)
-      for k in members:
-        plan = jax.tree.map(lambda x, k=k: x[k], plans)
+      num = jax.tree.map(jnp.zeros_like, start)
+      den = jax.tree.map(jnp.zeros_like, start)
+      for k in np.flatnonzero(segment == j):
+        plan = jax.tree.map(lambda x, k=k: x[k], plans.replace(
+            mask_table=None)).with_row_mask(plans.mask_table)
         if e:
           plan = plan.replace(key=jax.random.fold_in(plan.key, e))
-        step = jax.tree.map(lambda s, d, w=float(weight[k]): s + w * d, step,
-                            update(start, plan, data).delta)
-      moved[j] = jax.tree.map(lambda p, s, t=total: p - s / t, start, step)
+        mask = ones if plan.mask is None else plan.mask
+        w = float(weight[k])
+        num = jax.tree.map(lambda n, d, w=w: n + w * d, num,
+                           update(start, plan.replace(
+                               mask_table=None), data).delta)
+        den = jax.tree.map(lambda n, m, w=w: n + w * m.astype(jnp.float32),
+                           den, mask)
+      moved[j] = jax.tree.map(
+          lambda p, n, d: p - jnp.where(d > 0, n / jnp.where(d > 0, d, 1), 0),
+          start, num, den)
+      held[j] = jax.tree.map(lambda d: (d > 0).astype(jnp.float32), den)
     edge = moved
-  return jax.tree.map(lambda *xs: sum(xs) / len(xs), *edge.values())
+  count = jax.tree.map(lambda *hs: sum(hs), *held.values())
+  total = jax.tree.map(lambda *xs: sum(xs), *[
+      jax.tree.map(lambda h, x, p: h * (p - x), held[j], edge[j],
+                   first.params) for j in edge])
+  return jax.tree.map(lambda p, t, c: p - jnp.where(c > 0, t / jnp.maximum(
+      c, 1), 0), first.params, total, count)
 
 
 def test_two_edge_rounds_equal_a_per_cell_reference_loop():
@@ -121,6 +149,32 @@ def test_two_edge_rounds_equal_a_per_cell_reference_loop():
   chex.assert_trees_all_close(final.params,
                               reference_round(algorithm, first, 2),
                               rtol=1e-5, atol=1e-6)
+
+
+def test_heterofl_in_cells_equals_the_per_cell_partial_averages():
+  """The submodel methods are FedAvg on submodels: in 2 cells with E = 2,
+  clients of capacity 1/4 and 1 train their width slice from the cell's edge
+  model, the edge means and the cloud average each coordinate over its
+  holders (a cell holds the union of its clients' slices)."""
+  algorithm, first, final, metrics = method_run(
+      'heterofl', rounds=1, num_cells=2, cell_sizes=(2, 4), edge_rounds=2)
+  # Levels are blocks of 3 clients: cell 1 holds clients of both levels.
+  np.testing.assert_array_equal(algorithm.client_level, [0, 0, 0, 1, 1, 1])
+  chex.assert_trees_all_close(final.params,
+                              reference_round(algorithm, first, 2),
+                              rtol=1e-5, atol=1e-6)
+  *_, flat, flat_metrics = method_run('heterofl', rounds=1)
+  np.testing.assert_allclose(metrics['bytes_up'],
+                             2 * flat_metrics['bytes_up'])
+
+
+@pytest.mark.parametrize('name', ['fiarse', 'fedrolex'])
+def test_other_submodel_methods_run_in_cells_over_the_air(name):
+  algorithm, first, final, metrics = method_run(
+      name, rounds=1, num_cells=2, edge_channel='aircomp', **SOLVER)
+  assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(
+      final.params))
+  assert np.all(metrics['aircomp_mse'] > 0)
 
 
 def test_cells_compose_with_lossy_links_and_unequal_work():

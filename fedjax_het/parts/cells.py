@@ -10,8 +10,9 @@ under. The method plans its cohort; the part groups it by cell (clients
                       x̄_j^{t,e+1} = weighted mean over its cell  (6)
     x̄^{t+1} = Σ_j p_j ⊙ x̄_j^{t,E}  (+ mean over cells of shared params)  (7)
 
-(p_j: a method's cell masks, HIST's disjoint partitions, `plan.mask_table`;
-none for FedAvg and HFedAvg). On the engine:
+(p_j: what cell j's clients hold, `cell_masks`: HIST's disjoint partitions,
+the union of the capacity levels' submodels of its clients under the
+submodel methods, the full model for FedAvg and HFedAvg). On the engine:
 - `assign`: cells are aggregation segments and start-model rows
   (`plan.segment` = `plan.start_model` = the client's cell);
 - `local_phase`: the E edge rounds are a `clients.scan` (a `lax.scan` in the
@@ -29,15 +30,17 @@ none for FedAvg and HFedAvg). On the engine:
 
 Cohort: the part groups whatever cohort the method plans, fixed for the E
 edge rounds of a global round. HIST and HFedAvg plan every client, as HIST's
-Algorithm 1; FedAvg keeps its own sampling (K clients per global round, the
-same clients and keys as without cells) and the sampled clients of cell j are
-its participants, so with clients_per_round = num_clients it is Algorithm 1
-with the full model (HFedAvg's training, in FedAvg's cohort order). A cell
-none of whose clients is sampled has coverage 0 and is left out of the cloud
-mean. The edge weights are the method's client weights (FedAvg's
-`aggregation_weights`, times its link outcomes under the systems part). The
-clients run without per-client state rows (`ServerState.clients`: FedAvg,
-HFedAvg and HIST keep none).
+Algorithm 1. FedAvg (and the submodel methods, FedAvg on submodels) keeps its
+own sampling, K clients per global round with the same ids and keys as
+without cells, and the sampled clients of cell j are its participants: the
+reading closest to Algorithm 1 that keeps FedAvg's cohort, since with
+clients_per_round = num_clients it is Algorithm 1 itself (every client, one
+cohort for the E edge rounds), with FedAvg's weights. A cell none of whose
+clients is sampled (or all of whose updates are lost) has coverage 0 and is
+left out of the cloud mean. The edge weights are the method's client weights
+(FedAvg's `aggregation_weights`, times its link outcomes under the systems
+part). The clients run without per-client state rows (`ServerState.clients`:
+these methods keep none).
 
 Accounting (`charge`): every planned client downloads its edge model and
 uploads its update once per edge round, so bytes_down / bytes_up are E times
@@ -300,7 +303,7 @@ class Cells:
     Returns:
       the cohort's `ClientOutput`: `delta_sums` of the cells' x̄^t −
       x̄_j^{t,E} (one row per cell weighted by the cell's total client
-      weight, masked by `plans.mask_table`), losses and stats averaged and
+      weight, masked by `cell_masks`), losses and stats averaged and
       examples summed over the edge rounds.
     """
     params = state.params
@@ -333,13 +336,30 @@ class Cells:
                                           plans.segment, self.num_cells)
     cells = jnp.arange(self.num_cells)
     delta_sums = aggregation.segment_sums(
-        moved, cell_weight, cells, self.num_cells, plans.mask_table,
+        moved, cell_weight, cells, self.num_cells, self.cell_masks(plans),
         values_masked=True)
     return ClientOutput(
         delta=None, delta_sums=delta_sums,
         loss=jnp.mean(losses, axis=0),
         num_examples=jnp.sum(examples, axis=0),
         extras=extras or None)
+
+  def cell_masks(self, plans: ClientPlan) -> PyTree:
+    """The coordinates each cell's edge model holds, bool [N, ...] leaves:
+    the union of the submodels (`plans.mask_table` rows [T, ...]) of its
+    clients with weight (HIST: its partition; submodel methods: the union of
+    its clients' capacity levels' submodels); None without a table (the full model).
+    One [N, T] @ [T, ...] product, not a gather of the cohort's masks."""
+    if plans.mask_table is None:
+      return None
+    rows = jax.tree.leaves(plans.mask_table)[0].shape[0]
+    sends = (plans.active_weight() > 0).astype(jnp.float32)
+    uses = aggregation.segment_sum(                      # [N, T]
+        jax.nn.one_hot(plans.mask_row, rows) * sends[:, None], plans.segment,
+        self.num_cells)
+    return jax.tree.map(
+        lambda t: jnp.tensordot(uses, t.astype(jnp.float32), axes=1) > 0,
+        plans.mask_table)
 
   # ---- phase 3: the cloud ----------------------------------------------------
   def cloud(self, means: PyTree, coverage: PyTree) -> PyTree:
