@@ -29,6 +29,8 @@ def method_run(name='fedavg', rounds=2, **hierarchy):
   config = tiny_config(algorithm=name)
   if name != 'fedavg':
     config.capacities = (0.25, 1.0)
+  if name == 'scalefl':  # its submodels are depths: a deeper MLP with exits
+    config.model_options.update(hidden=(8, 8, 8), exits=True)
   config.hierarchy.update(hierarchy)
   config_lib.validate(config)
   data = tiny_data()
@@ -168,7 +170,7 @@ def test_heterofl_in_cells_equals_the_per_cell_partial_averages():
                              2 * flat_metrics['bytes_up'])
 
 
-@pytest.mark.parametrize('name', ['fiarse', 'fedrolex'])
+@pytest.mark.parametrize('name', ['fiarse', 'fedrolex', 'scalefl'])
 def test_other_submodel_methods_run_in_cells_over_the_air(name):
   algorithm, first, final, metrics = method_run(
       name, rounds=1, num_cells=2, edge_channel='aircomp', **SOLVER)
