@@ -26,11 +26,8 @@ neurons (`submodel.disjoint`), of uniform, given or latency-optimal sizes
 (`systems.partition_sizing`, Eqs. (19)/(36)).
 
 Edge aggregation is OMA (exact, TDMA latency Eq. (17)) or AirComp
-(`edge_channel='aircomp'`): clients send δ_i = (x_{i,0} − x_{i,H})/γ (Eq.
-(21), the sign the paper intends), the edge server receives the noisy mean
-δ̂_j = Σ ŵ_i δ_i + Z_j over fresh Rayleigh channels with a max-min beamformer
-(Eqs. (22)-(25)), and sets x̄_j ← x̄_j − γ·δ̂_j (Eq. (27)), so the model noise
-is γZ. Shared parameters are sent and noised too.
+(`edge_channel='aircomp'`, Eqs. (21)-(27), in the cells part; latency Eq.
+(35)). Shared parameters are sent and noised too.
 
 Accounting per global round (`round_metrics`): summed by the trainer,
 bytes_up / bytes_down (E submodel exchanges per client), `mb_per_client`

@@ -10,7 +10,7 @@ under. The method plans its cohort; the part groups it by cell (clients
                       x̄_j^{t,e+1} = weighted mean over its cell  (6)
     x̄^{t+1} = Σ_j p_j ⊙ x̄_j^{t,E}  (+ mean over cells of shared params)  (7)
 
-(p_j: what cell j's clients hold, `cell_masks`: HIST's disjoint partitions,
+(p_j: what cell j's clients hold, `held_masks`: HIST's disjoint partitions,
 the union of the capacity levels' submodels of its clients under the
 submodel methods, the full model for FedAvg and HFedAvg). On the engine:
 - `assign`: cells are aggregation segments and start-model rows
@@ -303,7 +303,7 @@ class Cells:
     Returns:
       the cohort's `ClientOutput`: `delta_sums` of the cells' x̄^t −
       x̄_j^{t,E} (one row per cell weighted by the cell's total client
-      weight, masked by `cell_masks`), losses and stats averaged and
+      weight, masked by `held_masks`), losses and stats averaged and
       examples summed over the edge rounds.
     """
     params = state.params
@@ -336,7 +336,7 @@ class Cells:
                                           plans.segment, self.num_cells)
     cells = jnp.arange(self.num_cells)
     delta_sums = aggregation.segment_sums(
-        moved, cell_weight, cells, self.num_cells, self.cell_masks(plans),
+        moved, cell_weight, cells, self.num_cells, self.held_masks(plans),
         values_masked=True)
     return ClientOutput(
         delta=None, delta_sums=delta_sums,
@@ -344,7 +344,7 @@ class Cells:
         num_examples=jnp.sum(examples, axis=0),
         extras=extras or None)
 
-  def cell_masks(self, plans: ClientPlan) -> PyTree:
+  def held_masks(self, plans: ClientPlan) -> PyTree:
     """The coordinates each cell's edge model holds, bool [N, ...] leaves:
     the union of the submodels (`plans.mask_table` rows [T, ...]) of its
     clients with weight (HIST: its partition; submodel methods: the union of
