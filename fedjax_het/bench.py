@@ -27,7 +27,7 @@ cache hits count as traffic), peak memory and the client data size.
 
 Hierarchical methods (hfedavg, hist) train every client of every cell each round: their
 federation is one cohort (num_clients = cohort, unless `--num-clients` says otherwise) and a
-round is one edge round (`hierarchy.edge_rounds = 1`), so a round does the FedAvg round's local
+round is one edge round of two cells (`hierarchy.num_cells = 2, edge_rounds = 1`), so a round does the FedAvg round's local
 work; compare with `--algorithm fedavg --num-clients 50`.
 
 `--processes N` runs the benchmark in N processes on this machine, joined by
@@ -60,7 +60,7 @@ import numpy as np
 import optax
 
 from fedjax_het import methods, models, run
-from fedjax_het.methods.hist.hist import HierarchyOptions
+from fedjax_het.methods.hist.hist import HFedAvg
 from fedjax_het.config import base_config
 from fedjax_het.core import sharding
 from fedjax_het.core.stream import CohortStream
@@ -186,7 +186,7 @@ def _config(workload: Workload, backend: str, algorithm: str, client_devices: in
       num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
   config.model_options = dict(workload.model_options)
   if trains_every_client(algorithm):
-    config.hierarchy.edge_rounds = 1
+    config.hierarchy.update(num_cells=2, edge_rounds=1)
   if methods.ALGORITHMS[algorithm].supports_capacities:
     config.capacities = CAPACITIES
     # HeteroFL's Scaler needs normalisation layers (it diverges on the MLP).
@@ -227,7 +227,7 @@ def round_timings(workload: Workload, seconds: list[float]) -> dict:
 
 def trains_every_client(algorithm: str) -> bool:
   """Whether the method's rounds train every client (the hierarchical ones)."""
-  return HierarchyOptions in methods.ALGORITHMS[algorithm].option_groups
+  return issubclass(methods.ALGORITHMS[algorithm], HFedAvg)
 
 
 def federated_round(workload: Workload, backend: str, algorithm: str, rounds: int,

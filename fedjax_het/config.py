@@ -7,7 +7,7 @@ a typo never silently falls back to a default.
 
 The core keys are `CoreOptions` below. Each algorithm family declares its own
 section next to its code (`fedjax_het.options.OptionGroup`; e.g. `submodel` in
-`methods/fiarse/submodels.py`, `hierarchy` in `methods/hist/hist.py`) and checks it
+`methods/fiarse/submodels.py`, `hierarchy` in `parts/cells.py`) and checks it
 when the algorithm is built; `base_config()` holds every section so that any
 experiment file can set any method's keys. `describe()` gives every key's
 one-line description (`fedjax-het --show-config`).

@@ -165,10 +165,10 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
   sums = aggregation.segment_sums(deltas, plans.weight, plans.segment,
                                   oma.num_segments, plans.mask,
                                   values_masked=True)
-  exact, no_stats = jax.jit(oma.edge_aggregate)(
+  exact, no_stats = jax.jit(oma.cells.edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(None, None, None, delta_sums=sums),
       plans)
-  over_the_air, stats = jax.jit(silent.edge_aggregate)(
+  over_the_air, stats = jax.jit(silent.cells.edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(deltas, None, None), plans)
   assert not no_stats
   chex.assert_trees_all_close(over_the_air, exact, rtol=1e-4, atol=1e-8)

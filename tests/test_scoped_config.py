@@ -64,11 +64,25 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
 def test_the_same_values_are_read_by_their_methods():
   for algorithm, key, value in [('fedacs', 'systems__q', (0.3,)),
                                 ('hist', 'hierarchy__num_cells', 3),
+                                ('fedavg', 'hierarchy__num_cells', 3),
+                                ('fedavg', 'hierarchy__edge_channel', 'aircomp'),
                                 ('cos2p', 'cos2p__mu', 0.25),
                                 ('fedavg', 'clock__mu', 0.25),
                                 ('fedrolex', 'clock__t_clk', 2.0),
                                 ('fiarse', 'submodel__partial_average', 'mask')]:
     config_lib.validate(configured(algorithm, **{key: value}))
+
+
+def test_cells_and_the_aircomp_channel_are_parts_of_fedavg_and_hist():
+  """The matrix's cells and AirComp rows: FedAvg and the submodel methods
+  (FedAvg on submodels) run under them (the cells part,
+  tests/test_cells_part.py) beside HIST and HFedAvg; every other method
+  refuses them in one line."""
+  readers = {name for name, cls in ALGORITHMS.items()
+             if any(g.key == 'hierarchy' for g in cls.option_groups)}
+  assert readers == {'fedavg', 'fiarse', 'fiarse_layerwise', 'pruning_greedy',
+                     'heterofl', 'fedrolex', 'fjord', 'scalefl', 'hist',
+                     'hfedavg'}
 
 
 def test_natural_options_need_the_natural_partition():
@@ -103,7 +117,8 @@ def test_the_resolved_config_holds_what_the_baseline_trains_with():
 def test_show_config_and_a_run_refuse_in_one_line(capsys, tmp_path):
   for extra in (['--show-config'], [f'--workdir={tmp_path / "run"}']):
     err = one_line_error(capsys, cli.main(QUICK + [
-        '--config.hierarchy.edge_channel=aircomp', *extra]))
-    assert ("hierarchy.edge_channel = 'aircomp' is set, but fedavg does not "
-            'read the hierarchy section') in err
+        '--config.hierarchy.num_cells=2',
+        '--config.hierarchy.partition_sizes=optimized', *extra]))
+    assert ("hierarchy.partition_sizes = 'optimized' is set, but fedavg does "
+            'not read it') in err
   assert not (tmp_path / 'run').exists()

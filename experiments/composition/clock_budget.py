@@ -20,12 +20,11 @@ rounds.
 """
 import numpy as np
 
-from fedjax_het import run
 from fedjax_het.config import base_config
+from fedjax_het.parts.clock import ClockOptions, VirtualClock
 
 NUM_CLIENTS = 20
 VIRTUAL_SECONDS = 90.0
-MAX_ROUNDS = 20_000
 TITLE = f'FedAvg, HeteroFL, FedRolex on the virtual clock, {VIRTUAL_SECONDS:g} virtual seconds (digits)'
 COLUMNS = (('test accuracy', 'final_test_accuracy'),
            ('rounds', 'rounds'),
@@ -39,12 +38,17 @@ CLOCKS = {'sync': dict(mu=1.0, t_clk=0.0),
 
 
 def rounds_within(config, seconds: float) -> int:
-  """Rounds of `config`'s virtual clock that end within `seconds`."""
-  probe = config.copy_and_resolve_references()
-  probe.rounds = MAX_ROUNDS
-  algorithm = run.build_experiment(probe)[3]
-  return int(np.searchsorted(algorithm.clock.schedule.end_time, seconds,
-                             side='right'))
+  """Rounds of `config`'s virtual clock that end within `seconds` (simulated
+  for twice as many rounds until the clock passes `seconds`)."""
+  rounds = 32
+  while True:
+    schedule = VirtualClock(ClockOptions.from_config(config),
+                            num_clients=config.num_clients, rounds=rounds,
+                            local_steps=config.local_steps,
+                            seed=config.seed).schedule
+    if schedule.end_time[-1] > seconds:
+      return int(np.searchsorted(schedule.end_time, seconds, side='right'))
+    rounds *= 2
 
 
 def _config(algorithm: str, clock: dict):
@@ -59,8 +63,9 @@ def _config(algorithm: str, clock: dict):
   config.clock.update(clock)
   config.clock.client_seconds = tuple(
       3.0 if n < NUM_CLIENTS // 2 else 1.0 for n in range(NUM_CLIENTS))
-  rounds = rounds_within(config, VIRTUAL_SECONDS)
-  chunk = max(1, rounds // 10)
+  within = rounds_within(config, VIRTUAL_SECONDS)
+  chunk = max(1, within // 10)
+  rounds = within // chunk * chunk   # whole chunks, still within the budget
   config.update(rounds=rounds, eval_every=rounds, rounds_per_call=chunk,
                 checkpoint_every=rounds)
   return config

@@ -1,3 +1,5 @@
-"""Parts a method runs under, composed into `FederatedAlgorithm` rather than
-inherited: each owns its config section and the round inputs and state it
-adds (`parts.clock`: the semi-asynchronous virtual clock)."""
+"""Parts: kinds of heterogeneity a method runs under, composed into it (held
+as an object its hooks delegate to), not inherited from another method. Each
+owns its config section and the round inputs and state it adds:
+`parts.clock`, the semi-asynchronous virtual clock; `parts.cells`, cells with
+edge rounds and the OMA or AirComp edge channel."""

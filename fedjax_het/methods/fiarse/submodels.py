@@ -32,6 +32,15 @@ Evaluation (FIARSE §5), logged every `eval_every` rounds:
   unparticipated_accuracy@γ  for each γ of `submodel.eval_capacities`;
   params_fraction@γ       share of all parameters in the γ-submodel at init.
 The local metrics need `config.local_test = True`.
+
+A submodel method is FedAvg on submodels: it runs under FedAvg's parts, the
+systems part and the cells part (`config.hierarchy`, `parts.cells`), where
+the sampled clients of a cell train their level's submodel from the cell's
+edge model for E edge rounds, each edge mean the partial average above
+within the cell (OMA or AirComp), and the cloud averages each coordinate over
+the cells whose clients hold it. The level masks are planned once per global
+round from the global model (FIARSE's straight-through forward still reads
+the current local params at every step).
 """
 import dataclasses
 from typing import Any, Callable
@@ -42,9 +51,10 @@ import numpy as np
 
 from fedjax_het import evaluation
 from fedjax_het import models
-from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.fedavg import FedAvg
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
+from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.systems import heterogeneity
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
@@ -120,7 +130,7 @@ def level_of_clients(num_clients: int, num_levels: int) -> np.ndarray:
   return (np.arange(num_clients) * num_levels // num_clients).astype(np.int32)
 
 
-class SubmodelAlgorithm(FederatedAlgorithm):
+class SubmodelAlgorithm(FedAvg):
   """Base of the methods that train capacity-limited submodels.
 
   Subclasses set `default_partial_average` and implement `level_plan`,
@@ -131,8 +141,11 @@ class SubmodelAlgorithm(FederatedAlgorithm):
   supports_capacities = True
   default_partial_average = 'mask'
   sums_deltas_in_map = True
-  # Submodels, under lossy uplinks and unequal work (the systems part).
-  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions)
+  # Submodels, under lossy uplinks and unequal work (the systems part) and
+  # in cells (FedAvg's cells part: clients train their level's submodel from
+  # their cell's edge model).
+  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions,
+                   HierarchyOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
   straight_through = False
