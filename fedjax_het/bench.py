@@ -173,7 +173,9 @@ def peak_memory() -> tuple[int, str]:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 'host_rss'
 
 
-def _config(workload: Workload, backend: str, algorithm: str, client_devices: int):
+def workload_config(workload: Workload, backend: str = 'auto', algorithm: str = 'fedavg',
+                    client_devices: int = 0):
+  """The config of `workload` run by `algorithm` (synthetic data of its shape)."""
   config = base_config()
   config.update(dict(
       algorithm=algorithm, model=workload.model, num_clients=workload.num_clients,
@@ -201,7 +203,7 @@ def build_federation(workload: Workload, backend: str = 'auto',
   What `federated_round` times; peers' harnesses (experiments/bench/) build
   their rounds from the same data, model, initial params and cohort sampling.
   """
-  config = _config(workload, backend, algorithm, client_devices)
+  config = workload_config(workload, backend, algorithm, client_devices)
   split, model, params, method = run.build_experiment(config)
   return split, model, params, method, run.make_runner(config, method)
 
@@ -292,7 +294,7 @@ def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int
                    client_devices: int, feature_dtype: str) -> tuple[dict, Any, Any]:
   """`federated_round` with the federation in memmapped host files, cohorts streamed
   (`core.stream.CohortStream`, one round per call, the next prefetched)."""
-  config = _config(workload, backend, algorithm, client_devices)
+  config = workload_config(workload, backend, algorithm, client_devices)
   with tempfile.TemporaryDirectory(prefix='fedjax_het_stream_') as directory:
     tic = time.perf_counter()
     data = host_federation(workload, directory, feature_dtype)

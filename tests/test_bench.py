@@ -88,7 +88,7 @@ def test_hierarchical_bench_trains_one_cohort_of_cells(capsys):
   result = last_json(capsys)
   assert (result['algorithm'], result['num_clients'], result['cohort']) == (
       'hist', 4, 4)
-  config = bench._config(
+  config = bench.workload_config(
       bench.WORKLOADS['W-MLP'], 'auto', 'hist', 0)
   assert config.hierarchy.edge_rounds == 1
 
