@@ -45,7 +45,7 @@ from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
 from fedjax_het.core.rounds import RoundRunner
-from fedjax_het.core import sharding
+from fedjax_het.core import key_streams, sharding
 from fedjax_het.core.sharding import client_mesh
 from fedjax_het.core.stream import CohortStream
 from fedjax_het.models import text as text_models
@@ -247,6 +247,16 @@ def expand_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
   return config
 
 
+# config.json's one key beside the config: the key-stream table's revision.
+_REVISION_KEY = 'key_streams_revision'
+
+
+def run_record(config: ml_collections.ConfigDict) -> dict:
+  """What a run records of itself (config.json, its checkpoints): the resolved
+  config and the revision of the key streams it draws from."""
+  return {**json.loads(config.to_json()), _REVISION_KEY: key_streams.REVISION}
+
+
 def _read_config_json(path: str) -> dict:
   previous = workdir_lib.read_json(
       path, 'restore it, or delete it to resume with the current config.')
@@ -281,6 +291,13 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
     return
   # Keys added to the library since the run started (a new method's
   # section, a new option) count as their defaults.
+  stored = dict(stored)
+  refusal = key_streams.resume_refusal(
+      stored.pop(_REVISION_KEY, 1), config.algorithm, config.augment)
+  if refusal:
+    raise config_lib.ConfigError(
+        f'workdir {workdir} holds a run that cannot resume bit-identically: '
+        f'{refusal}; use a new --workdir.')
   previous = _with_defaults(stored,
                             json.loads(config_lib.base_config().to_json()))
   current = json.loads(config.to_json())
@@ -381,7 +398,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     try:
       with contextlib.closing(RunCheckpoints(
           workdir, config.checkpoints_to_keep,
-          json.loads(config.to_json()))) as checkpoints:
+          run_record(config))) as checkpoints:
         return _train_locked(config, workdir, started, checkpoints)
     except OSError as e:
       raise workdir_lib.WorkdirError(
@@ -423,7 +440,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   warnings = sanity.data_warnings(split, config.batch_size)
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
-                           config.to_json(indent=2))
+                           json.dumps(run_record(config), indent=2))
     sanity.report(warnings)
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))

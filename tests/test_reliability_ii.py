@@ -11,6 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_het import methods, cli, compare, models, run, sanity
+from fedjax_het import config as config_lib
 from fedjax_het.data import FederatedData, FederatedSplit
 from engine_utils import tiny_config
 from test_reliability import one_line_error
@@ -116,6 +117,31 @@ def test_a_lost_config_json_resumes_only_with_the_checkpoints_config(
       in err
   assert run.train(quick_config(rounds=4), workdir)['rounds'] == 4
   assert json.loads((tmp_path / 'config.json').read_text())['rounds'] == 4
+
+
+def test_a_run_of_older_key_streams_resumes_only_where_its_draws_are_unchanged(
+    tmp_path):
+  """config.json records the key-stream revision; FedAvg's draws did not
+  change in revision 2, so its older run resumes; a method whose draws did
+  (FjORD's width draw) is refused in one line, whatever else matches."""
+  workdir = str(tmp_path)
+  run.train(quick_config(rounds=2), workdir)
+  path = tmp_path / 'config.json'
+  record = json.loads(path.read_text())
+  assert record['key_streams_revision'] == 2
+  record['key_streams_revision'] = 1
+  path.write_text(json.dumps(record))
+  assert run.train(quick_config(rounds=3), workdir)['rounds'] == 3
+  record = json.loads(path.read_text())
+  record.update(key_streams_revision=1, algorithm='fjord')
+  path.write_text(json.dumps(record))
+  with pytest.raises(config_lib.ConfigError) as raised:
+    run.train(quick_config(rounds=4, algorithm='fjord', capacities=(0.5, 1.0)),
+              workdir)
+  assert ('cannot resume bit-identically: it was trained with key streams '
+          'revision 1, and fjord draws differently since revision 2') in str(
+              raised.value)
+  assert '\n' not in str(raised.value)
 
 
 def test_an_emptied_summary_json_is_named_then_rewritten(tmp_path, capsys):

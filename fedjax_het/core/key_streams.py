@@ -63,6 +63,33 @@ import enum
 
 import jax
 
+# The table's revision. A run records it beside its config (config.json and its
+# checkpoints, `run.run_record`); resuming a run of an earlier revision with a
+# method whose draws changed since is refused (`resume_refusal`), never
+# continued with other draws.
+REVISION = 2
+# revision -> (methods whose draws changed in it, augmentations that did).
+CHANGED = {
+    2: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
+         'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit', 'fsl_oc',
+         'fjord'), ('crop24_jitter',)),
+}
+
+
+def resume_refusal(stored_revision: int, algorithm: str,
+                   augment: str) -> str | None:
+  """Why a run recorded at `stored_revision` cannot resume bit-identically
+  under this revision, or None when the method's draws are unchanged."""
+  for revision in range(stored_revision + 1, REVISION + 1):
+    changed_methods, changed_augments = CHANGED[revision]
+    if algorithm in changed_methods or augment in changed_augments:
+      what = algorithm if algorithm in changed_methods else f'augment={augment}'
+      return (f'it was trained with key streams revision {stored_revision}, '
+              f'and {what} draws differently since revision {revision} '
+              '(core/key_streams.py)')
+  return None
+
+
 INDEX_LIMIT = 2**30  # indices folded beside named streams stay below this
 
 
