@@ -69,7 +69,7 @@ def test_two_cells_one_edge_round_is_flat_fedavg():
   algorithm, first, cells, metrics = fedavg_run(**TWO_CELLS)
   assert algorithm.cells.cell_sizes == (3, 3) and algorithm.num_segments == 2
   plans = jax.device_get(algorithm.plan_round(first))
-  np.testing.assert_array_equal(plans.segment, plans.client_id // 3)
+  np.testing.assert_array_equal(plans.group, plans.client_id // 3)
   chex.assert_trees_all_close(cells.params, flat.params, rtol=1e-5,
                               atol=1e-7)
   for key in ('bytes_up', 'bytes_down', 'train_loss'):
@@ -105,7 +105,7 @@ def reference_round(algorithm, first, edge_rounds):
   data = tiny_data()
   plans = algorithm.plan_round(first)
   update = jax.jit(algorithm.client_update)
-  segment, weight = np.asarray(plans.segment), np.asarray(plans.weight)
+  segment, weight = np.asarray(plans.group), np.asarray(plans.weight)
   ones = jax.tree.map(jnp.ones_like, first.params)
   edge = {j: first.params for j in np.unique(segment)
           if weight[segment == j].sum() > 0}
@@ -191,7 +191,7 @@ def test_cells_compose_with_lossy_links_and_unequal_work():
   algorithm, state, data = tiny_fedavg(config)
   first = jax.tree.map(jnp.copy, state)
   plans = jax.device_get(algorithm.plan_round(first))
-  np.testing.assert_array_equal(plans.weight > 0, plans.segment == 0)
+  np.testing.assert_array_equal(plans.weight > 0, plans.group == 0)
   final, _ = RoundRunner(algorithm, 'vmap').run(state, data, 1)
   chex.assert_trees_all_close(final.params,
                               reference_round(algorithm, first, 2),

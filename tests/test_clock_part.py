@@ -102,7 +102,7 @@ def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
           client_id=jnp.int32(n), key=key_of(k, n),
           num_steps=jnp.int32(config.local_steps),
           lr=jnp.float32(config.client_lr), weight=jnp.float32(counts[n]),
-          segment=jnp.int32(0))
+          group=jnp.int32(0))
       if config.algorithm == 'fedrolex':
         rate = algorithm.rates[int(algorithm.client_level[n])]
         plan = plan.replace(mask=rolling_mask(rate, k),

@@ -332,7 +332,7 @@ def test_segments_of_disjoint_pieces_reassemble_to_the_single_segment_mean():
           lambda p: jnp.stack([jnp.arange(p.size).reshape(p.shape) % 2 == s
                                for s in (0, 1)]).astype(jnp.float32),
           state.params)
-      return plans.replace(segment=parity * (self.num_segments - 1),
+      return plans.replace(group=parity * (self.num_segments - 1),
                            mask=jax.tree.map(lambda h: h[parity], halves))
 
   class TwoCells(HalvesBySlot):

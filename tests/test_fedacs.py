@@ -272,7 +272,7 @@ def client_iterates(algorithm, data, client, start, max_steps):
       key=jax.random.split(jax.random.PRNGKey(0), n),
       num_steps=jnp.arange(n, dtype=jnp.int32),
       lr=jnp.full(n, algorithm.config.client_lr, jnp.float32),
-      weight=jnp.ones(n), segment=jnp.zeros(n, jnp.int32))
+      weight=jnp.ones(n), group=jnp.zeros(n, jnp.int32))
   local = program.LocalModel({'x': jnp.asarray(start, jnp.float32)})
   run_one = lambda plan: program.run_program(
       algorithm.local_program, local, plan, data, min_count=1).delta['x']

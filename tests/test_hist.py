@@ -93,7 +93,7 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
         state.replace(round=jnp.int32(r)), data)))
     cells = []
     for j in range(algorithm.num_segments):
-      members = np.flatnonzero(plans.segment == j)
+      members = np.flatnonzero(plans.group == j)
       mask = None if plans.mask is None else jax.tree.map(
           lambda m, i=members[0]: m[i].astype(np.float32), plans.mask)
       edge = params
@@ -162,7 +162,7 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
       jax.random.PRNGKey(0), m.shape), plans.mask)
   # OMA divides the cells' sums (summed in the client map); AirComp reads
   # the stacked deltas.
-  sums = aggregation.segment_sums(deltas, plans.weight, plans.segment,
+  sums = aggregation.segment_sums(deltas, plans.weight, plans.group,
                                   oma.num_segments, plans.mask,
                                   values_masked=True)
   exact, no_stats = jax.jit(oma.cells.edge_aggregate)(
@@ -204,7 +204,7 @@ def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
   group, layout = optimized.layout.groups[0], optimized.layout
   cost = latency.edge_round_latency(
       'oma', jnp.ones(6), optimized.total_params, plan.num_steps,
-      plan.extras['cpu_hz'], plan.extras['rate_bps'], plan.segment, 2,
+      plan.extras['cpu_hz'], plan.extras['rate_bps'], plan.group, 2,
       optimized.hierarchy.system)
   np.testing.assert_array_equal(sizes, partition_sizing.optimal_unit_counts(
       cost, num_units=7, unit_params=group.unit_params,
@@ -225,14 +225,14 @@ def test_round_metrics_count_bytes_per_client_and_oma_latency():
   np.testing.assert_allclose(metrics['bytes_up'], 2 * 6 * 4 * d)
   # Eqs. (17)-(18) by hand: E = 2 edge rounds of H = 2 steps on the full
   # model, then n_j TDMA uploads of 32·d bits in cells of 2 and 4 clients.
-  n_j = np.where(plan.segment == 0, 2, 4)
+  n_j = np.where(plan.group == 0, 2, 4)
   per_client = (2 * 1e6 / plan.extras['cpu_hz'] +
                 n_j * 32 * d / plan.extras['rate_bps'])
   np.testing.assert_allclose(metrics['latency_s'][0], 2 * per_client.max(),
                              rtol=1e-5)
   *_, hist_metrics = two_rounds('hist')
   # K = 7 neurons split 3/4, each with 5 + 1 + 3 parameters; 3 biases shared.
-  owned = np.where(plan.segment == 0, 3, 4) * 9 + 3
+  owned = np.where(plan.group == 0, 3, 4) * 9 + 3
   np.testing.assert_allclose(hist_metrics['bytes_up'], 2 * 4 * owned.sum())
   np.testing.assert_allclose(hist_metrics['partition_dmax'], 4 * 9 + 3)
   # The same draws (they depend on the round only), on submodels of d_j.

@@ -21,7 +21,7 @@ def one_plan(num_steps=6, key=0, client_id=0, **changes):
   plan = ClientPlan(client_id=jnp.int32(client_id),
                     key=jax.random.PRNGKey(key),
                     num_steps=jnp.int32(num_steps), lr=jnp.float32(0.1),
-                    weight=jnp.float32(1.0), segment=jnp.int32(0))
+                    weight=jnp.float32(1.0), group=jnp.int32(0))
   return plan.replace(**changes)
 
 
@@ -261,10 +261,10 @@ class TwoPassFedAvg(FedAvg):
       table = jax.tree.map(lambda p, m: p[None] - m, state.params, moved)
       keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(plans.key, i)
       out = self.run_clients(clients, plans.replace(key=keys, start_model=
-                                                    plans.segment), data,
+                                                    plans.group), data,
                              table=table)
       means, _ = aggregation.masked_segment_mean(out.delta, plans.weight,
-                                                 plans.segment, 1)
+                                                 plans.group, 1)
       return jax.tree.map(jnp.add, moved, means), out.loss
 
     moved = jax.tree.map(lambda p: jnp.zeros((1,) + p.shape), state.params)

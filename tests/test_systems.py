@@ -183,7 +183,7 @@ def run_linear_solver(steps, lr, momentum=0.0, prox_mu=0.0):
                      key=jax.random.split(jax.random.PRNGKey(0), k),
                      num_steps=jnp.asarray(steps, jnp.int32),
                      lr=jnp.full(k, lr, jnp.float32),
-                     weight=jnp.ones(k), segment=jnp.zeros(k, jnp.int32))
+                     weight=jnp.ones(k), group=jnp.zeros(k, jnp.int32))
   run = jax.jit(jax.vmap(update, in_axes=(None, 0, None)))
   return np.asarray(run(jnp.zeros((1,)), plans, data).delta[:, 0])
 

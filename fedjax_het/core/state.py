@@ -69,8 +69,9 @@ class ClientPlan:
     lr: float32 client learning rate.
     weight: float32 aggregation weight (0 drops the client's update, e.g. a
       failed upload).
-    segment: int32 aggregation segment in [0, num_segments) (0 for a single
-      global average; capacity group or cell otherwise). An id outside that
+    group: int32 aggregation group in [0, num_segments): the client's segment
+      id in the segment sums, its capacity level or cell (0 for a single
+      global average). An id outside that
       range is dropped from the aggregate, as `jax.ops.segment_sum` does.
     mask: pytree like the params with 0/1 entries selecting the client's
       submodel, or None for the full model (or for masks in `mask_table`).
@@ -96,7 +97,7 @@ class ClientPlan:
   num_steps: jax.Array
   lr: jax.Array
   weight: jax.Array
-  segment: jax.Array
+  group: jax.Array
   mask: PyTree = None
   extras: PyTree = None
   active: jax.Array | None = None

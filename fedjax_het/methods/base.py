@@ -5,7 +5,7 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
 - `sample_clients(state, key)`: who takes part (default: K clients uniformly
   without replacement, or K draws with replacement ∝ examples held).
 - `plan_clients(state, client_ids, keys)`: per-client arrays — steps, lr,
-  weight, segment, mask (default: full model, config's steps and lr, weights by
+  weight, group, mask (default: full model, config's steps and lr, weights by
   `aggregation_weights`; under the systems part, below, each client's steps
   T_m and its weight times its link outcome Z_m).
 - `forward_params(params, plan, ctx)`: the parameters the client's forward
@@ -141,7 +141,7 @@ class FederatedAlgorithm:
   name = 'base'
   # Whether the method trains submodels of the capacities in config.capacities.
   supports_capacities = False
-  # Aggregation segments (capacity groups, cells); plans carry segment ids.
+  # Aggregation segments (capacity groups, cells); `plan.group` is a client's.
   num_segments = 1
   # Whether the loss and evaluation read a multi-exit model's stacked logits.
   reads_exits = False
@@ -405,7 +405,7 @@ class FederatedAlgorithm:
         num_steps=jnp.full((k,), self.config.local_steps, jnp.int32),
         lr=jnp.full((k,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(client_ids),
-        segment=jnp.zeros((k,), jnp.int32))
+        group=jnp.zeros((k,), jnp.int32))
     if self.availability is not None:
       plan = plan.replace(active=self.round_availability(state)[client_ids])
     if self.heterogeneity is None:
@@ -551,7 +551,7 @@ class FederatedAlgorithm:
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
         jax.tree.map(one, delta), one(weight),
-        one(plan.segment), self.num_segments,
+        one(plan.group), self.num_segments,
         jax.tree.map(one, self.coverage_masks(plan.mask, delta)),
         values_masked=True)
     return output.replace(delta=None), sums
@@ -620,14 +620,14 @@ class FederatedAlgorithm:
                 outputs: ClientOutput) -> ServerState:
     """The server state after the round (the round counter is not advanced).
 
-    The masked, weighted segment mean of the deltas (`plans.segment` in
+    The masked, weighted segment mean of the deltas (`plans.group` in
     [0, num_segments); idle slots weigh 0) is combined into a pseudo-gradient
     g for the server optimiser; the clients' state rows are written back.
     """
     sums = outputs.delta_sums
     if sums is None:
       sums = aggregation.segment_sums(
-          outputs.delta, plans.active_weight(), plans.segment,
+          outputs.delta, plans.active_weight(), plans.group,
           self.num_segments,
           self.coverage_masks(plans.client_masks(), outputs.delta),
           values_masked=True)

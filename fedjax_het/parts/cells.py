@@ -14,7 +14,7 @@ under. The method plans its cohort; the part groups it by cell (clients
 the union of the capacity levels' submodels of its clients under the
 submodel methods, the full model for FedAvg and HFedAvg). On the engine:
 - `assign`: cells are aggregation segments and start-model rows
-  (`plan.segment` = `plan.start_model` = the client's cell);
+  (`plan.group` = `plan.start_model` = the client's cell);
 - `local_phase`: the E edge rounds are a `clients.scan` (a `lax.scan` in the
   round's jit, a host loop under the sequential backend), so the client
   program compiles once whatever E; edge round e > 0 folds e into the
@@ -257,7 +257,7 @@ class Cells:
   def assign(self, plans: ClientPlan) -> ClientPlan:
     """`plans` [K] with each client's cell as its segment and start model."""
     segment = self.cell_of_client[plans.client_id]
-    return plans.replace(segment=segment, start_model=segment)
+    return plans.replace(group=segment, start_model=segment)
 
   # ---- phase 2: E edge rounds ----------------------------------------------
   def edge_aggregate(self, key: jax.Array, outputs: ClientOutput,
@@ -281,7 +281,7 @@ class Cells:
                                          c.antennas)
     accumulated_grads = jax.tree.map(lambda d: d / gamma, deltas)  # Eq. (21)
     means, _, stats = aircomp.over_the_air_mean(
-        noise_key, accumulated_grads, plans.weight, plans.segment,
+        noise_key, accumulated_grads, plans.weight, plans.group,
         self.num_cells, channels, plans.client_masks(),
         snr=jnp.asarray(c.snr), power=c.power, noise=c.noise,
         sca_steps=c.sca_steps, inner_steps=c.inner_steps)
@@ -327,13 +327,13 @@ class Cells:
     moved, (losses, examples, stats) = clients.scan(
         edge_round, moved, jnp.arange(self.edge_rounds))
     # Per client: its cell's statistic, averaged over the edge rounds.
-    extras = {name: jnp.mean(value, axis=0)[plans.segment]
+    extras = {name: jnp.mean(value, axis=0)[plans.group]
               for name, value in stats.items()}
     # The cloud's input: every client of cell j holds x̄^t − x̄_j^{t,E}, so
     # the cohort's segment sums are those of one row per cell weighted by
     # the cell's total client weight (no [K, ...] copy of the edge models).
     cell_weight = aggregation.segment_sum(plans.active_weight(),
-                                          plans.segment, self.num_cells)
+                                          plans.group, self.num_cells)
     cells = jnp.arange(self.num_cells)
     delta_sums = aggregation.segment_sums(
         moved, cell_weight, cells, self.num_cells, self.held_masks(plans),
@@ -355,7 +355,7 @@ class Cells:
     rows = jax.tree.leaves(plans.mask_table)[0].shape[0]
     sends = (plans.active_weight() > 0).astype(jnp.float32)
     uses = aggregation.segment_sum(                      # [N, T]
-        jax.nn.one_hot(plans.mask_row, rows) * sends[:, None], plans.segment,
+        jax.nn.one_hot(plans.mask_row, rows) * sends[:, None], plans.group,
         self.num_cells)
     return jax.tree.map(
         lambda t: jnp.tensordot(uses, t.astype(jnp.float32), axes=1) > 0,
@@ -389,13 +389,13 @@ class Cells:
     for key in ('bytes_down', 'bytes_up'):  # one exchange per edge round
       metrics[key] = self.edge_rounds * metrics[key]
     if outputs.extras:
-      clients_in_cell = latency.cell_client_counts(plans.segment,
+      clients_in_cell = latency.cell_client_counts(plans.group,
                                                    self.num_cells)
       cells_with_clients = jnp.sum(clients_in_cell > 0)
       for name in PER_ROUND_METRICS:
         # Each cell's value appears n_j times: the mean over cells.
         metrics[name] = jnp.sum(
-            outputs.extras[name] / clients_in_cell[plans.segment]
+            outputs.extras[name] / clients_in_cell[plans.group]
         ) / cells_with_clients
     return metrics
 

@@ -478,7 +478,7 @@ class Cos2p(FederatedAlgorithm):
         client_id=ids, key=keys,
         num_steps=o.epochs * batches,
         lr=jnp.full((n,), self.config.client_lr, jnp.float32),
-        weight=self.client_weights(ids), segment=jnp.zeros((n,), jnp.int32),
+        weight=self.client_weights(ids), group=jnp.zeros((n,), jnp.int32),
         extras=extras, active=inputs['arrives'], start_model=ids)
 
   def client_key(self, state: ServerState, dispatch_round: jax.Array,
@@ -682,7 +682,7 @@ class Cos2p(FederatedAlgorithm):
     if self.options.weighting == 'holders':
       masks = jax.vmap(self.entry_holders)(units, plans.extras)
       means, _ = aggregation.masked_segment_mean(
-          delta, plans.active_weight(), plans.segment, 1, masks,
+          delta, plans.active_weight(), plans.group, 1, masks,
           values_masked=True)
       update = jax.tree.map(lambda m: m[0], means)
     else:

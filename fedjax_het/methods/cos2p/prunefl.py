@@ -235,7 +235,7 @@ class PruneFL(Cos2p):
         client_id=jnp.int32(0), key=key_streams.fold(key, Stream.PRUNEFL_INIT),
         num_steps=jnp.int32(steps),
         lr=jnp.float32(self.config.client_lr), weight=jnp.float32(1.0),
-        segment=jnp.int32(0), extras=window)
+        group=jnp.int32(0), extras=window)
     out = program.run_program(
         self.importance_program(steps),
         program.LocalModel(state.params, {

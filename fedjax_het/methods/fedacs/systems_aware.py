@@ -287,7 +287,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
         num_steps=rnd.steps[client_ids],
         lr=jnp.full((k,), self.client_lr(rnd), jnp.float32),
         weight=link_up * coefficient,
-        segment=jnp.zeros((k,), jnp.int32),
+        group=jnp.zeros((k,), jnp.int32),
         extras={'link_up': link_up, 'coefficient': coefficient})
 
   # ---- local solver --------------------------------------------------------
@@ -329,7 +329,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     updates received): the weighted segment sum times `update_scale`."""
     weights, _ = self.slot_weights(state, plans, outputs)
     sums, _ = aggregation.segment_sums(
-        outputs.delta, weights * plans.is_active(), plans.segment, 1,
+        outputs.delta, weights * plans.is_active(), plans.group, 1,
         plans.client_masks())
     scale = self.update_scale()
     return jax.tree.map(lambda s: (s[0] * scale).astype(s.dtype), sums)

@@ -146,7 +146,7 @@ class HFedAvg(FedAvg):
     """Cells as segments and start models; the round's F_i, R_i; the cell's
     submodel mask."""
     plans = super().plan_clients(state, client_ids, keys)
-    segment = plans.segment
+    segment = plans.group
     cpu_key, channel_key = jax.random.split(round_key(state, Stream.HIST_SYSTEM))
     cpu_range = jnp.asarray(self.hierarchy.cpu_hz_range)[segment]
     cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
@@ -179,7 +179,7 @@ class HFedAvg(FedAvg):
       trained = jax.vmap(_count_true)(plans.mask_table)[plans.mask_row]
     cell_latency = latency.edge_round_latency(
         self.cells.channel.kind, trained, self.total_params, plans.num_steps,
-        plans.extras['cpu_hz'], plans.extras['rate_bps'], plans.segment,
+        plans.extras['cpu_hz'], plans.extras['rate_bps'], plans.group,
         self.num_segments, self.hierarchy.system)
     metrics['latency_s'] = latency.global_round_latency(
         cell_latency, self.cells.edge_rounds)
@@ -228,7 +228,7 @@ class HIST(HFedAvg):
     cost = latency.edge_round_latency(
         self.cells.channel.kind, jnp.ones(plans.weight.shape), self.total_params,
         plans.num_steps, plans.extras['cpu_hz'], plans.extras['rate_bps'],
-        plans.segment, self.num_segments, h.system)
+        plans.group, self.num_segments, h.system)
     group = self.layout.groups[0]
     return partition_sizing.optimal_unit_counts(
         cost, num_units=group.num_units, unit_params=group.unit_params,

@@ -182,7 +182,7 @@ class SplitLearning(FederatedAlgorithm):
     weighted mean of the active clients' deltas, i.e. the mean of their
     models (Eq. 14)."""
     means, _ = aggregation.masked_segment_mean(
-        outputs.delta, plans.active_weight(), plans.segment, 1)
+        outputs.delta, plans.active_weight(), plans.group, 1)
     averaged = jax.tree.map(lambda p, m: p - m[0],
                             {part: state.params[part] for part in means}, means)
     return {**state.params, **averaged}
