@@ -3,8 +3,9 @@ import chex
 import jax
 import numpy as np
 
+from fedjax_het import config as config_lib
 from fedjax_het import models, run
-from fedjax_het.methods import FedAvg
+from fedjax_het.methods import ALGORITHMS, FedAvg
 from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.config import base_config
@@ -44,6 +45,17 @@ def tiny_fedavg(config=None, data=None, seed=0):
   params = models.init_params(model, jax.random.PRNGKey(seed), data.x.shape[2:])
   algorithm = FedAvg(config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(seed + 1)), data
+
+
+def tiny_method(config):
+  """(algorithm, initial state, data) of `config.algorithm` on `tiny_data`,
+  the config validated first as a run's is."""
+  config_lib.validate(config)
+  data = tiny_data()
+  model = models.create_model('mlp', 3, **config.model_options.to_dict())
+  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+  algorithm = ALGORITHMS[config.algorithm](config, model, data)
+  return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
 
 
 def run_every_backend(build, rounds, backends=('vmap', 'map', 'sequential')):

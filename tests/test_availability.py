@@ -6,12 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine_utils import tiny_config, tiny_data
-from fedjax_het import config as config_lib
-from fedjax_het import models
+from engine_utils import tiny_config, tiny_method
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ServerState
-from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from fedjax_het.systems.availability import Availability
 from fedjax_het.systems.heterogeneity import SystemsOptions
@@ -24,12 +21,7 @@ def build(name='fedavg', client_sampling='uniform', **systems):
   if name == 'heterofl':
     config.capacities = (0.5, 1.0)
   config.systems.update(systems)
-  config_lib.validate(config)
-  data = tiny_data()
-  model = models.create_model('mlp', 3, **config.model_options.to_dict())
-  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-  algorithm = ALGORITHMS[name](config, model, data)
-  return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
+  return tiny_method(config)
 
 
 def planned_rounds(algorithm, state):

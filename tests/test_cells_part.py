@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 
 from fedjax_het import config as config_lib
-from fedjax_het import models
-from fedjax_het.methods import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
-from engine_utils import tiny_config, tiny_data, tiny_fedavg
+from engine_utils import tiny_config, tiny_data, tiny_fedavg, tiny_method
 
 # The tiny federation: 6 clients in cells {0, 1, 2} and {3, 4, 5}, K = 4 of
 # them sampled per round (a cell may have one client or none).
@@ -32,12 +30,7 @@ def method_run(name='fedavg', rounds=2, **hierarchy):
   if name == 'scalefl':  # its submodels are depths: a deeper MLP with exits
     config.model_options.update(hidden=(8, 8, 8), exits=True)
   config.hierarchy.update(hierarchy)
-  config_lib.validate(config)
-  data = tiny_data()
-  model = models.create_model('mlp', 3, **config.model_options.to_dict())
-  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-  algorithm = ALGORITHMS[name](config, model, data)
-  state = algorithm.init(params, jax.random.PRNGKey(1))
+  algorithm, state, data = tiny_method(config)
   first = jax.tree.map(jnp.copy, state)  # the runner donates its state
   final, metrics = RoundRunner(algorithm, 'vmap').run(state, data, rounds)
   return algorithm, first, final, jax.device_get(metrics)

@@ -36,7 +36,6 @@ import jax.numpy as jnp
 from fedjax_het import models
 from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import program
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import magnitude
 from fedjax_het.submodel.tcb import plain_mask, tcb_mask
 
@@ -46,7 +45,6 @@ class Fiarse(SubmodelAlgorithm):
 
   name = 'fiarse'
   default_partial_average = 'nonzero'
-  option_groups = SubmodelAlgorithm.option_groups + (ClockOptions,)
   # TCB-GD straight-through forward; False trains the fixed round-start mask.
   straight_through = True
 

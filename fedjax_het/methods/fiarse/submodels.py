@@ -55,6 +55,7 @@ from fedjax_het.methods.fedavg import FedAvg
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.parts.cells import HierarchyOptions
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import heterogeneity
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
@@ -141,10 +142,10 @@ class SubmodelAlgorithm(FedAvg):
   supports_capacities = True
   default_partial_average = 'mask'
   sums_deltas_in_map = True
-  # Submodels, under lossy uplinks and unequal work (the systems part) and
-  # in cells (FedAvg's cells part: clients train their level's submodel from
-  # their cell's edge model).
-  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions,
+  # Submodels, under lossy uplinks and unequal work (the systems part), on
+  # the virtual clock and in cells (FedAvg's cells part: clients train their
+  # level's submodel from their cell's edge model).
+  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions, ClockOptions,
                    HierarchyOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.

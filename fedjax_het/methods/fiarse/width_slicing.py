@@ -27,7 +27,6 @@ import jax.numpy as jnp
 from fedjax_het.methods.fiarse.submodels import SubmodelAlgorithm
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import width
 
 
@@ -36,7 +35,6 @@ class HeteroFL(SubmodelAlgorithm):
 
   name = 'heterofl'
   default_partial_average = 'mask'
-  option_groups = SubmodelAlgorithm.option_groups + (ClockOptions,)
   scaler_allowed = True
 
   def __init__(self, config, model, data):
