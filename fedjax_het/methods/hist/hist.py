@@ -53,12 +53,15 @@ from fedjax_het.channels import aircomp
 from fedjax_het.core import key_streams
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientPlan, ServerState, round_key
-from fedjax_het.options import ConfigError
+from fedjax_het.options import ConfigError, same_value
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
 
 PyTree = Any
+# Keys of the AirComp channel alone (the OMA rates read the SNRs and antennas).
+AIRCOMP_ONLY_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
+                     'beamformer_inner_steps')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +118,17 @@ class HFedAvg(FedAvg):
 
   @classmethod
   def fix_options(cls, config):
-    """`config` itself: HIST's methods read every `hierarchy` key."""
+    """`config` itself: HIST's methods read every `hierarchy` key, but the
+    AirComp channel's own (noise, power, the beamformer's solver steps) only
+    with `edge_channel='aircomp'`; set under OMA, one is refused."""
+    section, defaults = config.hierarchy, HierarchyOptions.defaults()
+    if section.edge_channel != 'aircomp':
+      for key in AIRCOMP_ONLY_KEYS:
+        if not same_value(section[key], defaults[key]):
+          raise ConfigError(
+              f'hierarchy.{key} = {section[key]!r} is set, but {cls.name} '
+              "reads it only with hierarchy.edge_channel='aircomp' (OMA edge "
+              'sums are exact); leave it unset.')
     return config
 
   def __init__(self, config, model, data):
