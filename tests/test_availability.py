@@ -103,6 +103,11 @@ def test_always_is_the_run_without_the_part():
   assert algorithm.availability is None
 
 
+def test_availability_alone_leaves_the_links_and_work_part_off():
+  algorithm, _, _ = build(availability='bernoulli', available_p=(0.5,))
+  assert algorithm.availability is not None and algorithm.heterogeneity is None
+
+
 @pytest.mark.parametrize('systems, message', [
     ({'availability': 'bernoulli', 'available_p': (0.0,)},
      r'systems.available_p must be probabilities in \(0, 1\]'),

@@ -228,8 +228,11 @@ class FederatedAlgorithm:
     equal work) and a method without its own use of it runs as without it."""
     if heterogeneity.SystemsOptions not in self.option_groups:
       return None
+    links_and_work = {key: default for key, default in
+                      heterogeneity.SystemsOptions.defaults().items()
+                      if key not in availability.KEYS}
     if not self.always_draws_systems and changed_key(
-        config.systems, heterogeneity.SystemsOptions.defaults()) is None:
+        config.systems, links_and_work) is None:
       return None
     try:
       model = heterogeneity.Heterogeneity.from_config(

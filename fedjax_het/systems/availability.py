@@ -34,6 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 MODELS = ('always', 'bernoulli', 'diurnal', 'trace')
+# The `systems` keys this part reads (the links-and-work part reads the rest).
+KEYS = ('availability', 'available_p', 'diurnal_period', 'diurnal_low',
+        'availability_trace')
 
 
 @dataclasses.dataclass(frozen=True)
