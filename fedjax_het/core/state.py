@@ -138,6 +138,11 @@ class ClientPlan:
     """The aggregation weight, 0 on idle slots."""
     return jnp.where(self.is_active(), self.weight, 0.0)
 
+  def delivers(self) -> jax.Array:
+    """bool, shaped like `weight`: whether the slot's uploads reach the
+    server (active, with a weight the systems part's link outcome left > 0)."""
+    return self.active_weight() > 0
+
 
 @flax.struct.dataclass
 class ClientOutput:

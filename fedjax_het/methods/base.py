@@ -665,7 +665,7 @@ class FederatedAlgorithm:
     active = plans.is_active()
     per_client_bytes = jnp.where(active,
                                  self.client_payload_bytes(state, plans), 0.0)
-    uploaded = plans.active_weight() > 0
+    uploaded = plans.delivers()
     return {
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),

@@ -353,7 +353,7 @@ class Cells:
     if plans.mask_table is None:
       return None
     rows = jax.tree.leaves(plans.mask_table)[0].shape[0]
-    sends = (plans.active_weight() > 0).astype(jnp.float32)
+    sends = plans.delivers().astype(jnp.float32)
     uses = aggregation.segment_sum(                      # [N, T]
         jax.nn.one_hot(plans.mask_row, rows) * sends[:, None], plans.group,
         self.num_cells)

@@ -190,7 +190,7 @@ class SplitLearning(FederatedAlgorithm):
   def uploads_per_client(self, plans: ClientPlan,
                          outputs: ClientOutput) -> jax.Array:
     """int [K]: smashed batches of each client that reached the server."""
-    return jnp.where(plans.active_weight() > 0, plans.num_steps, 0)
+    return jnp.where(plans.delivers(), plans.num_steps, 0)
 
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs: ClientOutput) -> dict[str, jax.Array]:
@@ -199,7 +199,7 @@ class SplitLearning(FederatedAlgorithm):
     uploads = self.uploads_per_client(plans, outputs)
     per_client = accounting.client_bytes(self.protocol, self.sizes, uploads,
                                          self.config.batch_size)
-    delivered = plans.active_weight() > 0  # weight w·Z: the link was up
+    delivered = plans.delivers()
     metrics = {name: jnp.sum(jnp.where(
         delivered if name in accounting.UPLOADED else active, value,
         0.0)).astype(jnp.float32) for name, value in per_client.items()}
@@ -278,7 +278,7 @@ class CseFsl(SplitLearning):
         template=template)
 
   def uploads_per_client(self, plans, outputs):
-    return jnp.sum(outputs.emitted_active, axis=1) * (plans.active_weight() > 0)
+    return jnp.sum(outputs.emitted_active, axis=1) * plans.delivers()
 
   # ---- server ----------------------------------------------------------------
   def server_sgd(self, server_params: PyTree, upload: dict, active, key,
@@ -315,7 +315,7 @@ class CseFsl(SplitLearning):
     """x_s after the round's uploads: one model in arrival order, or the
     weighted mean of per-client copies."""
     uploads, active = outputs.emitted, outputs.emitted_active
-    active = active & (plans.active_weight() > 0)[:, None]  # link up
+    active = active & plans.delivers()[:, None]
     cohort, blocks = active.shape
     keys = self.server_keys(state, plans, blocks)
     lr = self.round_lr(state.round)
