@@ -61,11 +61,11 @@ def test_partition_uses_each_index_at_most_once(method, n, num_classes, clients,
   try:
     parts = fd.partition(labels, clients, method, seed=seed, **method_kwargs(method, clients))
   except ValueError as e:
-    # class_blocks gives each present class a block of the clients; a class with fewer
-    # examples than its block is refused in one line, which needs a class smaller than the
-    # largest block.
+    # one_class and class_blocks give each present class a block of the clients; a class
+    # with fewer examples than its block is refused in one line, which needs a class
+    # smaller than the largest block.
     present = np.bincount(labels)[np.bincount(labels) > 0]
-    assert method == 'class_blocks' and 'use fewer clients' in str(e), e
+    assert method in ('one_class', 'class_blocks') and 'use fewer clients' in str(e), e
     assert present.min() < -(-clients // present.size)
     return
   assert len(parts) == clients
