@@ -10,8 +10,8 @@ from engine_utils import tiny_config, tiny_method
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ServerState
 from fedjax_het.options import ConfigError
-from fedjax_het.systems.availability import Availability
-from fedjax_het.systems.heterogeneity import SystemsOptions
+from fedjax_het.parts.availability import Availability
+from fedjax_het.parts.links_work import SystemsOptions
 
 ROUNDS = 12
 

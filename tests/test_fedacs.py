@@ -19,7 +19,7 @@ from fedjax_het.methods.fedacs.systems_aware import FedAvgHet
 from fedjax_het.core import program
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
-from fedjax_het.systems import local_work
+from fedjax_het.parts import local_work
 from engine_utils import tiny_config, tiny_data, tiny_fedavg
 from script_utils import REPO, load_script
 
@@ -518,7 +518,7 @@ def test_compare_script_prints_the_table_and_plots(tmp_path, capsys):
 
 def test_paper_configs_are_valid():
   from fedjax_het.config import validate
-  from fedjax_het.systems.heterogeneity import Heterogeneity
+  from fedjax_het.parts.links_work import Heterogeneity
   folder = os.path.join(REPO, 'experiments', 'fedacs')
   names = sorted(n for n in os.listdir(folder)
                  if n.startswith(('table', 'digits')))

@@ -10,8 +10,8 @@ from fedjax_het.config import base_config
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan
 from fedjax_het.data import FederatedData
-from fedjax_het.systems.heterogeneity import Heterogeneity
-from fedjax_het.systems.local_work import accumulation_norm
+from fedjax_het.parts.links_work import Heterogeneity
+from fedjax_het.parts.local_work import accumulation_norm
 
 
 def systems_section(**overrides) -> ml_collections.ConfigDict:

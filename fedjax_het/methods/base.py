@@ -27,7 +27,7 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
   masked weighted mean of the deltas as the server optimiser's
   pseudo-gradient; the clients' returned state rows written back).
 
-The systems part (`config.systems`, `fedjax_het.systems.heterogeneity`): a
+The systems part (`config.systems`, `fedjax_het.parts.links_work`): a
 method that lists `SystemsOptions` in its `option_groups` runs under lossy
 uplinks and unequal local work. Each round draws q_m, T_m and the link
 outcomes Z_m of all clients from the round key's `SYSTEMS` stream
@@ -39,7 +39,7 @@ and its upload is not counted in `bytes_up`. With the section at its defaults (q
 it. The Markov model's link states are per-client state that only the
 FedACS family keeps; another method refuses it in one line.
 
-The availability part (`systems.availability`, `fedjax_het.systems.availability`):
+The availability part (`systems.availability`, `fedjax_het.parts.availability`):
 each round draws who is online from the round key's `AVAILABILITY` stream
 (`round_availability`); the default sampler draws the cohort among the online
 clients, and a slot whose client is offline (fewer than K online) is idle:
@@ -90,7 +90,7 @@ from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
 from fedjax_het.options import ConfigError, changed_key
 from fedjax_het.parts import clock as clock_part
-from fedjax_het.systems import availability, heterogeneity
+from fedjax_het.parts import availability, links_work
 
 PyTree = Any
 
@@ -186,7 +186,7 @@ class FederatedAlgorithm:
   def _check_availability(cls, config: ml_collections.ConfigDict) -> None:
     """ConfigError where `config` sets client availability for a method
     whose sampler does not draw among the online clients."""
-    if (heterogeneity.SystemsOptions in cls.option_groups and
+    if (links_work.SystemsOptions in cls.option_groups and
         not cls.samples_available_clients and
         config.systems.availability != 'always'):
       raise ConfigError(
@@ -222,20 +222,20 @@ class FederatedAlgorithm:
     self.clock = self._clock_part(config)
 
   def _systems_part(self, config: ml_collections.ConfigDict,
-                    data) -> heterogeneity.Heterogeneity | None:
+                    data) -> links_work.Heterogeneity | None:
     """The systems model the method runs under, or None: the method does not
     read `config.systems`, or the section is at its defaults (no failures,
     equal work) and a method without its own use of it runs as without it."""
-    if heterogeneity.SystemsOptions not in self.option_groups:
+    if links_work.SystemsOptions not in self.option_groups:
       return None
     links_and_work = {key: default for key, default in
-                      heterogeneity.SystemsOptions.defaults().items()
+                      links_work.SystemsOptions.defaults().items()
                       if key not in availability.KEYS}
     if not self.always_draws_systems and changed_key(
         config.systems, links_and_work) is None:
       return None
     try:
-      model = heterogeneity.Heterogeneity.from_config(
+      model = links_work.Heterogeneity.from_config(
           config.systems, client_counts=np.asarray(data.counts),
           batch_size=config.batch_size, default_work=config.local_steps,
           seed=config.seed)
@@ -253,12 +253,12 @@ class FederatedAlgorithm:
                          ) -> availability.Availability | None:
     """Who is online each round, or None: the method does not read
     `config.systems`, or `availability` is 'always'."""
-    if heterogeneity.SystemsOptions not in self.option_groups:
+    if links_work.SystemsOptions not in self.option_groups:
       return None
     self._check_availability(config)
     try:
       return availability.Availability.from_section(
-          heterogeneity.SystemsOptions.from_config(config), self.num_clients,
+          links_work.SystemsOptions.from_config(config), self.num_clients,
           config.seed)
     except ValueError as e:
       raise ConfigError(str(e)) from e
@@ -297,7 +297,7 @@ class FederatedAlgorithm:
       return self.heterogeneity.max_steps()
     return int(self.config.local_steps)
 
-  def round_systems(self, state: ServerState) -> heterogeneity.SystemsRound:
+  def round_systems(self, state: ServerState) -> links_work.SystemsRound:
     """q, T, steps and link outcomes of all clients in round `state.round`.
 
     A pure function of the state (key, round, Markov link states), so the

@@ -32,7 +32,7 @@ from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.options import ConfigError
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts.clock import ClockOptions
-from fedjax_het.systems import heterogeneity
+from fedjax_het.parts import links_work
 
 
 class FedAvg(FederatedAlgorithm):
@@ -40,7 +40,7 @@ class FedAvg(FederatedAlgorithm):
   # Runs under lossy uplinks and unequal work (the base class's systems
   # part), on the virtual clock (its clock part) and in cells (`self.cells`,
   # None when the section asks for none).
-  option_groups = (heterogeneity.SystemsOptions, ClockOptions,
+  option_groups = (links_work.SystemsOptions, ClockOptions,
                    cells_lib.HierarchyOptions)
   sums_deltas_in_map = True
   per_round_metrics = cells_lib.PER_ROUND_METRICS

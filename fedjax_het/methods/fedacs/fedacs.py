@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm, \
     fedavg_step_length
 from fedjax_het.core.state import ServerState
-from fedjax_het.systems.heterogeneity import SystemsRound
+from fedjax_het.parts.links_work import SystemsRound
 
 
 class FedACS(SystemsAwareAlgorithm):

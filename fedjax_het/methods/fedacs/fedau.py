@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from fedjax_het.methods.base import occurrence_index
 from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.systems.heterogeneity import SystemsRound
+from fedjax_het.parts.links_work import SystemsRound
 
 PyTree = Any
 

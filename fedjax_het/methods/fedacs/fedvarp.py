@@ -29,7 +29,7 @@ from fedjax_het.methods.fedacs.reweighted import communication_aware_lr_scale
 from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
 from fedjax_het.core import client_state
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.systems.heterogeneity import SystemsRound
+from fedjax_het.parts.links_work import SystemsRound
 
 PyTree = Any
 

@@ -30,7 +30,7 @@ from fedjax_het.core import sampling
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
-from fedjax_het.systems.heterogeneity import SystemsRound
+from fedjax_het.parts.links_work import SystemsRound
 
 
 def communication_aware_lr_scale(omega: jax.Array, q: jax.Array,

@@ -1,6 +1,6 @@
 """Federated methods on heterogeneous systems: the shared mechanism of the FedACS family.
 
-Every round the heterogeneity simulator (`fedjax_het.systems.heterogeneity`)
+Every round the heterogeneity simulator (`fedjax_het.parts.links_work`)
 gives each client m an upload failure probability q_m, local work T_m (hence
 local steps and the accumulation norm ‖a_m‖₁ of its solver) and a link
 outcome Z_m ~ Bernoulli(1 − q_m). A method is then two small pure functions,
@@ -47,7 +47,7 @@ Local solvers: SGD, heavy-ball momentum (`client_momentum`), FedProx's
 proximal SGD (`fedacs.prox_mu`) or SGD whose learning rate decays within the
 round (`fedacs.lr_decay` = d: local step t = 0, 1, … runs at η(1 − d)^t, the
 paper's toy solver of Fig. 4 read as a geometric per-step decay); their ‖a‖₁
-is in `fedjax_het.systems.local_work` (decayed: a_t = η_t/η,
+is in `fedjax_het.parts.local_work` (decayed: a_t = η_t/η,
 ‖a‖₁ = [1 − (1 − d)^S]/d).
 
 Each round logs, besides the train loss: `uploads` (updates received),
@@ -71,7 +71,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
-from fedjax_het.systems import heterogeneity, local_work
+from fedjax_het.parts import links_work, local_work
 
 PyTree = Any
 PARTICIPATIONS = ('with_replacement', 'uniform', 'full')
@@ -140,7 +140,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   display_name = 'systems-aware'
   # Participation schemes the method is defined for.
   participations = PARTICIPATIONS
-  option_groups = (heterogeneity.SystemsOptions, FedAcsOptions)
+  option_groups = (links_work.SystemsOptions, FedAcsOptions)
   # Whether the method divides by the upload success probability 1 − q.
   divides_by_success = False
 
@@ -199,7 +199,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     del state, plans
     return None
 
-  def work_norms(self, rnd: heterogeneity.SystemsRound,
+  def work_norms(self, rnd: links_work.SystemsRound,
                  lr: jax.Array | float | None = None) -> jax.Array:
     """‖a_m‖₁ of every client's local solver this round at `lr` (default:
     the rate the clients run, `client_lr(rnd)`). [M]."""
@@ -208,17 +208,17 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
         momentum=self.config.client_momentum, prox_mu=self.options.prox_mu,
         lr_decay=self.options.lr_decay)
 
-  def fedavg_norms(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+  def fedavg_norms(self, rnd: links_work.SystemsRound) -> jax.Array:
     """‖a_m‖₁ at η₁: FedAvg's, the reference of the calibration. [M]."""
     return self.work_norms(rnd, self.config.client_lr)
 
   # ---- the sampling rule ---------------------------------------------------
-  def sampling_probs(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+  def sampling_probs(self, rnd: links_work.SystemsRound) -> jax.Array:
     """p of the K draws with replacement (IS: p = ω). float32 [M]."""
     del rnd
     return self.omega
 
-  def inclusion(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+  def inclusion(self, rnd: links_work.SystemsRound) -> jax.Array:
     """π_m = E[number of draws of m]/K under the participation scheme. [M]."""
     if self.options.participation == 'with_replacement':
       return self.sampling_probs(rnd)
@@ -235,19 +235,19 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
 
   # ---- the aggregation weighting -------------------------------------------
   def client_coefficients(self, state: ServerState,
-                          rnd: heterogeneity.SystemsRound) -> jax.Array:
+                          rnd: links_work.SystemsRound) -> jax.Array:
     """c_m of a slot holding client m: the importance weight ω_m/π_m. [M]."""
     del state
     return self.omega / self.inclusion(rnd)
 
   def slot_coefficients(self, state: ServerState,
-                        rnd: heterogeneity.SystemsRound,
+                        rnd: links_work.SystemsRound,
                         client_ids: jax.Array) -> jax.Array:
     """c_k of every slot of the cohort. float32 [C]."""
     return self.client_coefficients(state, rnd)[client_ids]
 
   def expected_weights(self, state: ServerState,
-                       rnd: heterogeneity.SystemsRound) -> jax.Array:
+                       rnd: links_work.SystemsRound) -> jax.Array:
     """e [M] with E[(1/K) Σ_k Z_k c_k Δ_k] = Σ_m e_m Δ_m (fixed Δ_m).
 
     e_m = π_m (1 − q_m) c_m; for a quadratic it fixes the iterate's
@@ -256,7 +256,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     return (self.inclusion(rnd) * (1 - rnd.failure_prob) *
             self.client_coefficients(state, rnd))
 
-  def lr_scale(self, rnd: heterogeneity.SystemsRound,
+  def lr_scale(self, rnd: links_work.SystemsRound,
                a_norm: jax.Array) -> jax.Array:
     """η_method/η₁ of the step-length calibration (1: FedAvg, App. I.2),
     given the method's ‖a‖₁ at its own rate (`a_norm` [M]); FedAvg's
@@ -264,7 +264,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     del rnd, a_norm
     return jnp.ones((), jnp.float32)
 
-  def client_lr(self, rnd: heterogeneity.SystemsRound) -> jax.Array:
+  def client_lr(self, rnd: links_work.SystemsRound) -> jax.Array:
     """The clients' lr: η₁, or calibrated, the fixed point η₂ = η₁·lr_scale
     with ‖a‖₁ at η₂ (module docstring)."""
     base = jnp.asarray(self.config.client_lr, jnp.float32)

@@ -56,7 +56,7 @@ from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.parts.clock import ClockOptions
-from fedjax_het.systems import heterogeneity
+from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
 
@@ -145,7 +145,7 @@ class SubmodelAlgorithm(FedAvg):
   # Submodels, under lossy uplinks and unequal work (the systems part), on
   # the virtual clock and in cells (FedAvg's cells part: clients train their
   # level's submodel from their cell's edge model).
-  option_groups = (SubmodelOptions, heterogeneity.SystemsOptions, ClockOptions,
+  option_groups = (SubmodelOptions, links_work.SystemsOptions, ClockOptions,
                    HierarchyOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.

@@ -68,7 +68,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.data import augment as augment_lib
-from fedjax_het.systems import heterogeneity
+from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, option, positive_int)
 
@@ -222,7 +222,7 @@ class CseFsl(SplitLearning):
   """CSE-FSL (module docstring); `split.server_copies='per_client'` is FSL_AN."""
 
   name = 'cse_fsl'
-  option_groups = (SplitOptions, heterogeneity.SystemsOptions)
+  option_groups = (SplitOptions, links_work.SystemsOptions)
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)

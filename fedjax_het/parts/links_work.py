@@ -42,8 +42,8 @@ import numpy as np
 
 from fedjax_het.options import (OptionGroup, in_range, is_bool, option,
                                 positive_int)
-from fedjax_het.systems import availability as availability_lib
-from fedjax_het.systems import local_work
+from fedjax_het.parts import availability as availability_lib
+from fedjax_het.parts import local_work
 
 MODELS = ('static', 'dynamic', 'markov', 'trace')
 
@@ -66,7 +66,7 @@ class SystemsOptions(OptionGroup):
   markov_fail: tuple = option((0.1,), 'markov: P(link on → off) per round, per client (one value = all)')
   markov_recover: tuple = option((0.5,), 'markov: P(link off → on) per round')
   trace: str = option('', 'trace: .npz with q and local_work [rounds, M]; round r uses row r mod rounds')
-  availability: str = option('always', 'who can be sampled each round: always | bernoulli | diurnal | trace (systems/availability.py)', choices=availability_lib.MODELS)
+  availability: str = option('always', 'who can be sampled each round: always | bernoulli | diurnal | trace (parts/availability.py)', choices=availability_lib.MODELS)
   available_p: tuple = option((1.0,), 'bernoulli: P(online) per round, per client (one value = every client)')
   diurnal_period: int = option(24, 'diurnal: rounds per day', check=positive_int)
   diurnal_low: float = option(0.1, 'diurnal: P(online) at the trough, half a day from each client\'s peak', check=in_range(0, 1))
