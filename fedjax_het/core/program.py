@@ -291,9 +291,14 @@ class _PhaseResult:
 
 def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
                data, key: jax.Array, min_count: int) -> _PhaseResult:
-  x, y = jnp.asarray(data.x), jnp.asarray(data.y)
-  max_examples = x.shape[1]
   row = data.client_row(plan.client_id)  # the id; its cohort row if streamed
+  # The client's rows [N, ...], taken before the `lax.cond` below: under vmap
+  # a batched cond runs both branches and broadcasts every operand its
+  # branches close over to the cohort axis, so a closure over the whole
+  # federation x [M, N, ...] would be copied K times (0.6 GB per client on
+  # W-PFL); its own rows are what the client reads anyway.
+  x, y = jnp.asarray(data.x)[row], jnp.asarray(data.y)[row]
+  max_examples = x.shape[0]
   count = jnp.asarray(data.counts)[row]
   epochs_bound = batching.epochs_per_batch(program.batch_size, min_count)
   step_keys = key_streams.fold(key, key_streams.Stream.STEP_KEYS)
@@ -304,7 +309,7 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
     idx = batching.batch_indices(
         key, s, count, batch_size=program.batch_size,
         max_examples=max_examples, max_epochs_per_batch=epochs_bound)
-    batch = Batch(x[row, idx], y[row, idx])
+    batch = Batch(x[idx], y[idx])
     ctx = StepContext(global_params=start.params, step=s,
                       key=jax.random.fold_in(step_keys, s),
                       client_state=start.client_state)
