@@ -87,8 +87,13 @@ class Schedule:
   @property
   def staleness(self) -> np.ndarray:
     """int32 [Q, N]: τ = q − dispatch_round where an update arrives, else 0."""
-    rounds = np.arange(self.arrivals.shape[0])[:, None]
-    return np.where(self.arrivals, rounds - self.dispatch_round,
+    return self.staleness_of(slice(0, self.arrivals.shape[0]))
+
+  def staleness_of(self, rows: slice) -> np.ndarray:
+    """`staleness[rows]`, computed for those rounds alone (a chunk's inputs
+    must not cost O(Q) on the host)."""
+    rounds = np.arange(rows.start, rows.stop)[:, None]
+    return np.where(self.arrivals[rows], rounds - self.dispatch_round[rows],
                     0).astype(np.int32)
 
   @property
@@ -140,7 +145,7 @@ class Schedule:
     rows = slice(first, first + count)
     arrives = self.arrivals[rows].copy()
     return {'arrives': arrives,
-            'staleness': self.staleness[rows],
+            'staleness': self.staleness_of(rows),
             'dispatch_round': np.where(arrives, self.dispatch_round[rows],
                                        0).astype(np.int32)}
 
