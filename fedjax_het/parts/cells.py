@@ -50,12 +50,16 @@ cohort for the E edge rounds), with FedAvg's weights. A cell none of whose
 clients is sampled (or all of whose updates are lost) has coverage 0 and is
 left out of the cloud mean. The edge weights are the method's client weights
 (FedAvg's `aggregation_weights`, times its link outcomes under the systems
-part). The clients run without per-client state rows (`ServerState.clients`:
-these methods keep none).
+part). The FedACS family's rule-(3) methods (fedacs, fedavg_het, ca_fedavg,
+fednova; `methods.fedacs.systems_aware`) keep their own sampling in the same
+way: their K draws, grouped by cell, with the 'draws' edge rule. The clients
+run without per-client state rows (`ServerState.clients`: these methods keep
+none the clients read).
 
 Accounting (`charge`): every planned client downloads its edge model and
-uploads its update once per edge round, so bytes_down / bytes_up are E times
-the flat round's; the edge-cloud backhaul is not charged (as in HIST). With
+uploads its update once per edge round, so bytes_down / bytes_up (and the
+FedACS family's uploads and local_steps, `PER_EDGE_ROUND_METRICS`) are E
+times the flat round's; the edge-cloud backhaul is not charged (as in HIST). With
 AirComp, `aircomp_mse`, `beamformer_gain` and `beamformer_initial_gain` are
 the means over the cells with clients and the edge rounds (a round's values,
 `PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
