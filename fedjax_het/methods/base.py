@@ -68,8 +68,8 @@ time and RU.
 
 The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
 that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
-HFedAvg, the FedACS family but FedVarp, FedAU and OS) runs in cells when the
-section asks for them (`cells.is_on`; HIST and HFedAvg always,
+HFedAvg, the FedACS family except FedVarp, FedAU and OS) runs in cells when
+the section asks for them (`cells.is_on`; HIST and HFedAvg always,
 `always_in_cells`): `self.cells` groups the planned cohort by cell
 (`plan_round`), runs the E edge rounds with the method's `edge_rule`
 (`local_phase`), combines the cells at the cloud (`combine_segments`) and

@@ -59,10 +59,10 @@ none the clients read).
 Accounting (`charge`): every planned client downloads its edge model and
 uploads its update once per edge round, so bytes_down / bytes_up (and the
 FedACS family's uploads and local_steps, `PER_EDGE_ROUND_METRICS`) are E
-times the flat round's; the edge-cloud backhaul is not charged (as in HIST). With
-AirComp, `aircomp_mse`, `beamformer_gain` and `beamformer_initial_gain` are
-the means over the cells with clients and the edge rounds (a round's values,
-`PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
+times the flat round's; the edge-cloud backhaul is not charged (as in
+HIST). With AirComp, `aircomp_mse`, `beamformer_gain` and
+`beamformer_initial_gain` are the means over the cells with clients and the
+edge rounds (a round's values, `PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
 frequencies, bandwidth) and is charged by HIST and HFedAvg only.
 """
 import dataclasses
@@ -365,8 +365,8 @@ class Cells:
     Returns:
       the cohort's `ClientOutput`: `delta_sums` of the cells' x̄^t −
       x̄_j^{t,E} (one row per cell weighted by the cell's total client
-      weight, or its draws K_j under 'draws'; masked by `held_masks`), losses and stats averaged and
-      examples summed over the edge rounds.
+      weight, or its draws K_j under 'draws'; masked by `held_masks`),
+      losses and stats averaged and examples summed over the edge rounds.
     """
     params = state.params
     aircomp_key = round_key(state, Stream.HIST_AIRCOMP)
