@@ -10,7 +10,12 @@ cells by their draws K_j/K. FedAvg is the family's 'fedavg_het' (p = ω, c = 1, 
 T); FedACS samples ∝ ω/((1 − q)‖a‖₁) (its Eq. (15)).
 
 Command:   fedjax-het --config experiments/composition/cells_sampling.py --workdir DIR
-           (12 runs of 200 rounds, 3 seeds; see the README's Composition table for the time)
+           (12 runs of 200 rounds, 3 seeds; 3:36 wall, 112 s of CPU, on the shared 2-core machine)
+Measured:  final / best accuracy, mean ± std over seeds 0-2: FedAvg 71.20 ± 5.64 / 80.00 ± 5.58,
+           FedACS 70.37 ± 3.70 / 80.19 ± 2.84, FedAvg in cells 74.44 ± 6.51 / 80.74 ± 4.57, FedACS
+           in cells 70.28 ± 3.55 / 79.35 ± 2.70: no ordering beyond the seeds' spread, flat or in
+           cells. FedACS's draws favour the weak half, so it receives ~22% fewer uploads and runs
+           ~64% fewer local steps than FedAvg at the same accuracy; cells double both.
 
 Setting: FedACS's scaled digits protocol (`experiments/fedacs/fedacs_setup.shared_config`,
 digits_table1.py's): 20 clients, client m holds class ⌊m/2⌋, K = 6 draws with replacement per
