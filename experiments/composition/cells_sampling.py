@@ -15,7 +15,7 @@ Measured:  final / best accuracy, mean ± std over seeds 0-2: FedAvg 71.20 ± 5.
            FedACS 70.37 ± 3.70 / 80.19 ± 2.84, FedAvg in cells 74.44 ± 6.51 / 80.74 ± 4.57, FedACS
            in cells 70.28 ± 3.55 / 79.35 ± 2.70: no ordering beyond the seeds' spread, flat or in
            cells. FedACS's draws favour the weak half, so it receives ~22% fewer uploads and runs
-           ~64% fewer local steps than FedAvg at the same accuracy; cells double both.
+           ~64% fewer local steps than FedAvg, at accuracy within its spread; cells double both.
 
 Setting: FedACS's scaled digits protocol (`experiments/fedacs/fedacs_setup.shared_config`,
 digits_table1.py's): 20 clients, client m holds class ⌊m/2⌋, K = 6 draws with replacement per
