@@ -66,6 +66,17 @@ K = N, the same program bit for bit. The round metrics add the virtual
 seconds, busy seconds, arrivals and staleness, `summary_facts` the virtual
 time and RU.
 
+The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
+that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
+HFedAvg, the FedACS family except FedVarp, FedAU and OS) runs in cells when
+the section asks for them (`cells.is_on`; HIST and HFedAvg always,
+`always_in_cells`): `self.cells` groups the planned cohort by cell
+(`plan_round`), runs the E edge rounds with the method's `edge_rule`
+(`local_phase`), combines the cells at the cloud (`combine_segments`) and
+charges E exchanges (`round_metrics`). With one cell, one edge round and OMA
+`self.cells` is None and the round is the same program as without it. The
+virtual clock and client availability are refused in cells.
+
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
 data (`FederatedData`) is passed to them as an argument on every call; the
@@ -81,7 +92,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_het import evaluation
+from fedjax_het import evaluation, models
 from fedjax_het.data import augment
 from fedjax_het.core import aggregation, client_state, program, sampling
 from fedjax_het.core.backends import Clients
@@ -91,6 +102,7 @@ from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
 from fedjax_het.options import ConfigError, changed_key
 from fedjax_het.parts import clock as clock_part
 from fedjax_het.parts import availability, links_work
+from fedjax_het.parts import cells as cells_lib
 
 PyTree = Any
 
@@ -171,6 +183,11 @@ class FederatedAlgorithm:
   # Availability part (module docstring): whether `sample_clients` draws
   # among the clients online in the round.
   samples_available_clients = True
+  # Cells part (module docstring): whether the method runs in cells whatever
+  # `config.hierarchy` says, and how its edge servers combine their clients'
+  # deltas (`parts.cells.EDGE_RULES`).
+  always_in_cells = False
+  edge_rule = 'mean'
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
@@ -180,6 +197,9 @@ class FederatedAlgorithm:
     another value. Default: the method fixes none (`config` itself); a
     method whose sampler is its own refuses client availability."""
     cls._check_availability(config)
+    if cells_lib.HierarchyOptions in cls.option_groups:
+      cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg',
+                                   cls.edge_rule)
     return config
 
   @classmethod
@@ -220,6 +240,7 @@ class FederatedAlgorithm:
     self.heterogeneity = self._systems_part(config, data)
     self.availability = self._availability_part(config)
     self.clock = self._clock_part(config)
+    self.cells = self._cells_part(config, data)
 
   def _systems_part(self, config: ml_collections.ConfigDict,
                     data) -> links_work.Heterogeneity | None:
@@ -288,6 +309,27 @@ class FederatedAlgorithm:
     return clock_part.VirtualClock(
         options, num_clients=self.num_clients, rounds=config.rounds,
         local_steps=config.local_steps, seed=config.seed)
+
+  def _cells_part(self, config: ml_collections.ConfigDict,
+                  data) -> cells_lib.Cells | None:
+    """The cells the method runs in, or None: the method does not read
+    `config.hierarchy`, or the section asks for none. In cells the cells are
+    the aggregation segments, and OMA's edge sums are added up in the map."""
+    if cells_lib.HierarchyOptions not in self.option_groups or not (
+        self.always_in_cells or cells_lib.is_on(config.hierarchy)):
+      return None
+    if self.clock is not None or self.availability is not None:
+      raise ConfigError(
+          f'{self.name} in cells (hierarchy.*) runs every sampled client of '
+          'a cell through its E edge rounds; the virtual clock (clock.*) and '
+          'client availability (systems.availability) are not modelled '
+          'in cells: set one of them.')
+    cells = cells_lib.Cells.from_config(
+        config, models.parameter_shapes(self.model, data.x.shape[2:]),
+        self.edge_rule)
+    self.num_segments = cells.num_cells
+    self.sums_deltas_in_map = cells.sums_deltas_in_map
+    return cells
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
@@ -436,7 +478,8 @@ class FederatedAlgorithm:
 
     `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
     by default; plans depend on static client facts only); on the clock,
-    `clock_plans`.
+    `clock_plans`. In cells each client's cell is its segment and start
+    model (`parts.cells.Cells.assign`).
     """
     del data
     if self.clock is not None:
@@ -447,7 +490,8 @@ class FederatedAlgorithm:
         clients_key, client_ids)
     keys = jax.vmap(jax.random.fold_in)(per_client,
                                         occurrence_index(client_ids))
-    return self.plan_clients(state, client_ids, keys)
+    plans = self.plan_clients(state, client_ids, keys)
+    return plans if self.cells is None else self.cells.assign(plans)
 
   def clock_plans(self, state: ServerState, inputs: dict) -> ClientPlan:
     """Plans of a round on the clock (module docstring): slot j is client
@@ -511,7 +555,11 @@ class FederatedAlgorithm:
 
   def local_phase(self, state: ServerState, plans: ClientPlan, data,
                   clients: Clients) -> ClientOutput:
-    """Every planned client runs the program once (one `clients.map`)."""
+    """Every planned client runs the program once (one `clients.map`); in
+    cells, E edge rounds of it (`parts.cells.Cells.local_phase`)."""
+    if self.cells is not None:
+      return self.cells.local_phase(self.run_clients, state, plans, data,
+                                    clients)
     return self.run_clients(
         clients, plans, data, params=state.params,
         table=self.start_models(state, plans),
@@ -598,10 +646,11 @@ class FederatedAlgorithm:
   def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
     """The global pseudo-gradient from per-segment means ([S, ...] leaves).
 
-    Default: one global segment. Hierarchical methods override this (e.g. the
-    cloud combining cells' edge models).
+    Default: one global segment; in cells, the cloud combining the cells'
+    edge models (`parts.cells.Cells.cloud`, HIST's Eq. (7)).
     """
-    del coverage
+    if self.cells is not None:
+      return self.cells.cloud(means, coverage)
     return jax.tree.map(lambda m: m[0], means)
 
   def server_step(self, state: ServerState,
@@ -627,6 +676,16 @@ class FederatedAlgorithm:
     [0, num_segments); idle slots weigh 0) is combined into a pseudo-gradient
     g for the server optimiser; the clients' state rows are written back.
     """
+    params, opt_state = self.server_step(
+        state, self.segment_pseudo_gradient(state, plans, outputs))
+    return state.replace(params=params, opt_state=opt_state,
+                         clients=self.next_clients(state, plans, outputs))
+
+  def segment_pseudo_gradient(self, state: ServerState, plans: ClientPlan,
+                              outputs: ClientOutput) -> PyTree:
+    """g: the segments' masked weighted means of the deltas (the sums made
+    in the map, `outputs.delta_sums`, or from `outputs.delta` [K, ...]),
+    combined by `combine_segments`; leaves like `state.params`."""
     sums = outputs.delta_sums
     if sums is None:
       sums = aggregation.segment_sums(
@@ -635,10 +694,7 @@ class FederatedAlgorithm:
           self.coverage_masks(plans.client_masks(), outputs.delta),
           values_masked=True)
     means, coverage = aggregation.mean_of_sums(sums, state.params)
-    params, opt_state = self.server_step(
-        state, self.combine_segments(means, coverage))
-    return state.replace(params=params, opt_state=opt_state,
-                         clients=self.next_clients(state, plans, outputs))
+    return self.combine_segments(means, coverage)
 
   def coverage_masks(self, mask: PyTree, delta: PyTree) -> PyTree:
     """The masks m of the mean Σ w m Δ / Σ w m: the plans' submodel masks
@@ -666,18 +722,28 @@ class FederatedAlgorithm:
     per_client_bytes = jnp.where(active,
                                  self.client_payload_bytes(state, plans), 0.0)
     uploaded = plans.delivers()
-    return {
+    return self.charge_cells({
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
-    }
+    }, plans, outputs)
+
+  def charge_cells(self, metrics: dict[str, jax.Array], plans: ClientPlan,
+                   outputs: ClientOutput) -> dict[str, jax.Array]:
+    """A flat round's `metrics`, in cells with E exchanges per client and
+    the AirComp statistics (`parts.cells.Cells.charge`)."""
+    if self.cells is None:
+      return metrics
+    return self.cells.charge(metrics, plans, outputs)
 
   def summary_facts(self) -> dict:
     """Facts of the run's model of the world for summary.json (default none),
     e.g. the channel noise model a result depends on; on the clock, its
-    virtual time and RU (`parts.clock.schedule_facts`)."""
-    return {} if self.clock is None else self.clock.summary_facts()
+    virtual time and RU (`parts.clock.schedule_facts`); in cells, the edge
+    channel and its noise model."""
+    facts = {} if self.clock is None else self.clock.summary_facts()
+    return facts if self.cells is None else {**facts, **self.cells.facts()}
 
   # ---- evaluation (host loop, between rounds) ----------------------------
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:

@@ -25,11 +25,10 @@ over-the-air edge means of their weighted deltas, and the cloud averages the
 cells (hierarchical FedAvg in FedAvg's cohort). HIST's own keys (edge
 weights, partition sizing, the latency model) are refused in one line. With
 a part's section at its defaults the part is off and the round is the same
-program as without it.
+program as without it. All three parts are the base class's
+(`methods.base`), shared with the other methods that list them.
 """
-from fedjax_het import models
 from fedjax_het.methods.base import FederatedAlgorithm
-from fedjax_het.options import ConfigError
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.parts import links_work
@@ -38,59 +37,9 @@ from fedjax_het.parts import links_work
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
   # Runs under lossy uplinks and unequal work (the base class's systems
-  # part), on the virtual clock (its clock part) and in cells (`self.cells`,
-  # None when the section asks for none).
+  # part), on the virtual clock (its clock part) and in cells (its cells
+  # part, `self.cells`, with the 'mean' edge rule: Eq. (6)).
   option_groups = (links_work.SystemsOptions, ClockOptions,
                    cells_lib.HierarchyOptions)
   sums_deltas_in_map = True
   per_round_metrics = cells_lib.PER_ROUND_METRICS
-  # Whether the method runs in cells whatever `config.hierarchy` says.
-  always_in_cells = False
-
-  @classmethod
-  def fix_options(cls, config):
-    """`config` itself; a `hierarchy` key FedAvg does not read is refused
-    (`cells.refuse_unread_keys`)."""
-    config = super().fix_options(config)
-    cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg')
-    return config
-
-  def __init__(self, config, model, data):
-    super().__init__(config, model, data)
-    self.cells = None
-    if self.always_in_cells or cells_lib.is_on(config.hierarchy):
-      if self.clock is not None or self.availability is not None:
-        raise ConfigError(
-            f'{self.name} in cells (hierarchy.*) runs every sampled client of '
-            'a cell through its E edge rounds; the virtual clock (clock.*) and '
-            'client availability (systems.availability) are not modelled '
-            'in cells: set one of them.')
-      self.cells = cells_lib.Cells.from_config(
-          config, models.parameter_shapes(model, data.x.shape[2:]))
-      self.num_segments = self.cells.num_cells
-      # AirComp's edge sums read every client's delta.
-      self.sums_deltas_in_map = self.cells.sums_deltas_in_map
-
-  def summary_facts(self) -> dict:
-    facts = super().summary_facts()
-    return facts if self.cells is None else {**facts, **self.cells.facts()}
-
-  def plan_clients(self, state, client_ids, keys):
-    plans = super().plan_clients(state, client_ids, keys)
-    return plans if self.cells is None else self.cells.assign(plans)
-
-  def local_phase(self, state, plans, data, clients):
-    if self.cells is None:
-      return super().local_phase(state, plans, data, clients)
-    return self.cells.local_phase(self.run_clients, state, plans, data,
-                                  clients)
-
-  def combine_segments(self, means, coverage):
-    if self.cells is None:
-      return super().combine_segments(means, coverage)
-    return self.cells.cloud(means, coverage)
-
-  def round_metrics(self, state, plans, outputs):
-    metrics = super().round_metrics(state, plans, outputs)
-    return metrics if self.cells is None else self.cells.charge(
-        metrics, plans, outputs)

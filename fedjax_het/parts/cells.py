@@ -28,6 +28,17 @@ submodel methods, the full model for FedAvg and HFedAvg). On the engine:
 - `cloud`: Eq. (7) as `combine_segments` of the cells' means, per coordinate
   over the cells holding it.
 
+Edge rule (`EDGE_RULES`, the method's): 'mean' is Eq. (6), the weighted mean
+Σ_{i∈j} w_i Δ_i / Σ_{i∈j} w_i (FedAvg, the submodel methods, HIST). 'draws'
+is the FedACS family's rule (3) restricted to the cell: the K_j draws of
+cell j move its edge model by (1/K_j) Σ_{k∈j} Z_k c_k Δ_k (w_k = Z_k c_k,
+the flat round's link outcomes and coefficients), a sum over the cell's
+draws divided by their number, not by their weight; the cloud weighs the
+cells by their draws, x̄^{t+1} = x̄^t − Σ_j (K_j/K)(x̄^t − x̄_j^{t,E}), cells
+whose updates were all lost included (they moved by 0). With E = 1 and OMA
+this is flat rule (3), (1/K) Σ_k Z_k c_k Δ_k. Under AirComp the edge's
+noisy weighted mean is scaled by Σ_{k∈j} w_k / K_j.
+
 Cohort: the part groups whatever cohort the method plans, fixed for the E
 edge rounds of a global round. HIST and HFedAvg plan every client, as HIST's
 Algorithm 1. FedAvg (and the submodel methods, FedAvg on submodels) keeps its
@@ -39,15 +50,19 @@ cohort for the E edge rounds), with FedAvg's weights. A cell none of whose
 clients is sampled (or all of whose updates are lost) has coverage 0 and is
 left out of the cloud mean. The edge weights are the method's client weights
 (FedAvg's `aggregation_weights`, times its link outcomes under the systems
-part). The clients run without per-client state rows (`ServerState.clients`:
-these methods keep none).
+part). The FedACS family's rule-(3) methods (fedacs, fedavg_het, ca_fedavg,
+fednova; `methods.fedacs.systems_aware`) keep their own sampling in the same
+way: their K draws, grouped by cell, with the 'draws' edge rule. The clients
+run without per-client state rows (`ServerState.clients`: these methods keep
+none the clients read).
 
 Accounting (`charge`): every planned client downloads its edge model and
-uploads its update once per edge round, so bytes_down / bytes_up are E times
-the flat round's; the edge-cloud backhaul is not charged (as in HIST). With
-AirComp, `aircomp_mse`, `beamformer_gain` and `beamformer_initial_gain` are
-the means over the cells with clients and the edge rounds (a round's values,
-`PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
+uploads its update once per edge round, so bytes_down / bytes_up (and the
+FedACS family's uploads and local_steps, `PER_EDGE_ROUND_METRICS`) are E
+times the flat round's; the edge-cloud backhaul is not charged (as in
+HIST). With AirComp, `aircomp_mse`, `beamformer_gain` and
+`beamformer_initial_gain` are the means over the cells with clients and the
+edge rounds (a round's values, `PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
 frequencies, bandwidth) and is charged by HIST and HFedAvg only.
 """
 import dataclasses
@@ -73,6 +88,9 @@ PyTree = Any
 # Round metrics of the part that are a round's value, not a running total.
 PER_ROUND_METRICS = ('aircomp_mse', 'beamformer_gain',
                      'beamformer_initial_gain')
+# Round metrics of one exchange (or one local phase) per client, E times the
+# flat round's in cells (examples are added up over the edge rounds).
+PER_EDGE_ROUND_METRICS = ('bytes_down', 'bytes_up', 'uploads', 'local_steps')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,9 +144,12 @@ class HierarchyOptions(OptionGroup):
     return np.arange(n) < (n // 2 if self.slow_cells == -1 else self.slow_cells)
 
 
-# The keys the part reads: the cells and, with AirComp, the channel.
+# The keys the part reads: the cells and, with AirComp, the channel; the
+# cloud weights under the 'mean' edge rule only ('draws' weighs by K_j/K).
 CELL_KEYS = ('num_cells', 'cell_sizes', 'edge_rounds', 'cloud_weights',
              'edge_channel')
+# How an edge server combines its clients' deltas (module docstring).
+EDGE_RULES = ('mean', 'draws')
 AIRCOMP_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
                 'beamformer_inner_steps', 'slow_cells', 'snr_db_slow',
                 'snr_db_fast', 'antennas')
@@ -143,11 +164,12 @@ def is_on(section: ml_collections.ConfigDict) -> bool:
 
 
 def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
-                       readers: str) -> None:
+                       readers: str, edge_rule: str = 'mean') -> None:
   """Raises ConfigError (one line naming the key) for a `hierarchy` key set
   that a method holding the part without HIST's system model does not read:
-  any key while the part is off, HIST's own keys, and the AirComp keys under
-  OMA. `readers`: the methods that read HIST's keys."""
+  any key while the part is off, HIST's own keys, the AirComp keys under
+  OMA, and `cloud_weights` under the 'draws' edge rule (rule (3) weighs the
+  cells by their draws). `readers`: the methods that read HIST's keys."""
   section, defaults = config.hierarchy, HierarchyOptions.defaults()
   read = CELL_KEYS + (AIRCOMP_KEYS if section.edge_channel == 'aircomp'
                       else ())
@@ -161,6 +183,10 @@ def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
           f'{start} runs without cells at one cell, one edge round and OMA; '
           'set hierarchy.num_cells, edge_rounds or edge_channel=aircomp, or '
           'leave it unset.')
+    if key == 'cloud_weights' and edge_rule == 'draws':
+      raise ConfigError(f'{start} does not read it: its rule (3) in cells '
+                        'weighs the cells by their draws K_j/K; leave it '
+                        'unset.')
     if key in AIRCOMP_KEYS and key not in read:
       raise ConfigError(f"{start} reads it only with hierarchy.edge_channel="
                         "'aircomp' (OMA edge sums are exact); leave it unset.")
@@ -190,7 +216,9 @@ class Cells:
   Attributes:
     cell_sizes: n_j per cell; clients 0..n_0-1 form cell 0, and so on.
     edge_rounds: E.
-    cloud_weights: 'uniform' or 'clients'.
+    edge_rule: 'mean' (Eq. (6)) or 'draws' (rule (3) in the cell).
+    cloud_weights: 'uniform' or 'clients' ('clients' under 'draws': the
+      cells' cover is their draw count K_j).
     channel: the `EdgeChannel`.
     cell_of_client: int32 [M] each client's cell.
     template: the model's parameter shapes and dtypes (the deltas' dtypes).
@@ -201,7 +229,8 @@ class Cells:
   """
 
   def __init__(self, options: HierarchyOptions, num_clients: int,
-               template: PyTree, gamma: float):
+               template: PyTree, gamma: float, edge_rule: str = 'mean'):
+    assert edge_rule in EDGE_RULES, edge_rule
     n = options.num_cells
     sizes = options.cell_sizes or tuple(
         int(s) for s in np.diff(np.linspace(0, num_clients, n + 1).round()))
@@ -218,7 +247,9 @@ class Cells:
                       options.snr_db_fast)
     self.cell_sizes = tuple(sizes)
     self.edge_rounds = int(options.edge_rounds)
-    self.cloud_weights = options.cloud_weights
+    self.edge_rule = edge_rule
+    self.cloud_weights = ('clients' if edge_rule == 'draws' else
+                          options.cloud_weights)
     self.channel = EdgeChannel(
         options.edge_channel, options.aircomp_noise,
         float(options.aircomp_power), int(options.beamformer_sca_steps),
@@ -232,11 +263,11 @@ class Cells:
     self._edge_aggregate = jax.jit(self.edge_aggregate)
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict,
-                  template: PyTree) -> 'Cells':
+  def from_config(cls, config: ml_collections.ConfigDict, template: PyTree,
+                  edge_rule: str = 'mean') -> 'Cells':
     """The part of `config.hierarchy` (checked; ConfigError in one line)."""
     return cls(HierarchyOptions.from_config(config), config.num_clients,
-               template, config.client_lr)
+               template, config.client_lr, edge_rule)
 
   @property
   def num_cells(self) -> int:
@@ -262,7 +293,38 @@ class Cells:
   # ---- phase 2: E edge rounds ----------------------------------------------
   def edge_aggregate(self, key: jax.Array, outputs: ClientOutput,
                      plans: ClientPlan) -> tuple[PyTree, dict]:
-    """One edge aggregation: per-cell mean of the client deltas, Eq. (6)/(27).
+    """One edge aggregation: each cell's step, x̄_j − x̄_j^{next}.
+
+    The weighted mean of its clients' deltas (Eq. (6)/(27)) under the 'mean'
+    rule; under 'draws' that mean times Σ_{k∈j} w_k / K_j, i.e. rule (3)'s
+    (1/K_j) Σ_{k∈j} w_k Δ_k (`draw_scale`).
+
+    Returns:
+      ([N, ...] steps, per-cell stats {name: float [N]}; empty for OMA).
+    """
+    means, stats = self.edge_means(key, outputs, plans)
+    if self.edge_rule == 'draws':
+      scale = self.draw_scale(plans)
+      means = jax.tree.map(
+          lambda m: (m * scale.reshape((-1,) + (1,) * (m.ndim - 1))
+                     ).astype(m.dtype), means)
+    return means, stats
+
+  def draw_scale(self, plans: ClientPlan) -> jax.Array:
+    """float [N]: Σ_{k∈j} w_k / K_j, the factor from cell j's weighted mean
+    to its rule-(3) step (0 for a cell without draws)."""
+    weight = aggregation.segment_sum(plans.active_weight(), plans.group,
+                                     self.num_cells)
+    return aggregation.ratio(weight, self.cell_draws(plans))
+
+  def cell_draws(self, plans: ClientPlan) -> jax.Array:
+    """float [N]: K_j, the active slots (draws) of each cell."""
+    return aggregation.segment_sum(plans.is_active().astype(jnp.float32),
+                                   plans.group, self.num_cells)
+
+  def edge_means(self, key: jax.Array, outputs: ClientOutput,
+                 plans: ClientPlan) -> tuple[PyTree, dict]:
+    """Per-cell weighted mean of the client deltas, Eq. (6)/(27).
 
     OMA (exact) divides the cells' sums `outputs.delta_sums`; AirComp sends
     the deltas `outputs.delta` [K, ...] over the air.
@@ -303,8 +365,8 @@ class Cells:
     Returns:
       the cohort's `ClientOutput`: `delta_sums` of the cells' x̄^t −
       x̄_j^{t,E} (one row per cell weighted by the cell's total client
-      weight, masked by `held_masks`), losses and stats averaged and
-      examples summed over the edge rounds.
+      weight, or its draws K_j under 'draws'; masked by `held_masks`),
+      losses and stats averaged and examples summed over the edge rounds.
     """
     params = state.params
     aircomp_key = round_key(state, Stream.HIST_AIRCOMP)
@@ -331,9 +393,11 @@ class Cells:
               for name, value in stats.items()}
     # The cloud's input: every client of cell j holds x̄^t − x̄_j^{t,E}, so
     # the cohort's segment sums are those of one row per cell weighted by
-    # the cell's total client weight (no [K, ...] copy of the edge models).
-    cell_weight = aggregation.segment_sum(plans.active_weight(),
-                                          plans.group, self.num_cells)
+    # the cell's total client weight, or under 'draws' its draws K_j (no
+    # [K, ...] copy of the edge models).
+    cell_weight = self.cell_draws(plans) if self.edge_rule == 'draws' else (
+        aggregation.segment_sum(plans.active_weight(), plans.group,
+                                self.num_cells))
     cells = jnp.arange(self.num_cells)
     delta_sums = aggregation.segment_sums(
         moved, cell_weight, cells, self.num_cells, self.held_masks(plans),
@@ -368,7 +432,8 @@ class Cells:
     A partitioned coordinate is held by one cell and gets its value (the sum
     of disjoint pieces); a shared one is averaged over the cells, with equal
     weights ('uniform', the paper) or by the cells' total client weight
-    ('clients'); a cell with no planned client holds nothing.
+    ('clients'; under the 'draws' rule their draws, Σ_j (K_j/K) of rule
+    (3)); a cell with no planned client holds nothing.
     """
 
     def combine(mean, cover):
@@ -383,11 +448,13 @@ class Cells:
 
   def charge(self, metrics: dict[str, jax.Array], plans: ClientPlan,
              outputs: ClientOutput) -> dict[str, jax.Array]:
-    """The flat round's `metrics` with E exchanges per client and, with
-    AirComp, its statistics: the means over the cells with planned clients."""
+    """The flat round's `metrics` with E exchanges per client (the
+    `PER_EDGE_ROUND_METRICS` it holds) and, with AirComp, its statistics:
+    the means over the cells with planned clients."""
     metrics = dict(metrics)
-    for key in ('bytes_down', 'bytes_up'):  # one exchange per edge round
-      metrics[key] = self.edge_rounds * metrics[key]
+    for key in PER_EDGE_ROUND_METRICS:  # one exchange per edge round
+      if key in metrics:
+        metrics[key] = self.edge_rounds * metrics[key]
     if outputs.extras:
       clients_in_cell = latency.cell_client_counts(plans.group,
                                                    self.num_cells)

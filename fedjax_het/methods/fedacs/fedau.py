@@ -17,6 +17,12 @@ the count restarts. The recorded intervals have mean (1 − (1 − P_m)^cut)/P_m
 for a participation probability P_m, so in the long run the expected update
 is Σ_m ω_m (1 − (1 − P_m)^cut) U_m: the statistical distortion is removed
 (cut → ∞), the structural one is not. The lr is FedAvg's η₁ (App. I.2).
+
+Not in cells (`hierarchy.*` is refused in one line): the rule is a sum, not
+rule (3)'s mean over the K draws, weighted by intervals between
+participations in the global cohort; restricted to a cell it is the cell's
+share of a step, and any scaling of it to an edge step would be ours, not
+FedAU's.
 """
 from typing import Any
 
@@ -24,7 +30,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het.methods.base import occurrence_index
-from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
+    SystemsAwareAlgorithm
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.parts.links_work import SystemsRound
 
@@ -43,6 +50,7 @@ class FedAU(SystemsAwareAlgorithm):
 
   name = 'fedau'
   display_name = 'FedAU'
+  option_groups = FLAT_OPTION_GROUPS   # not in cells (module docstring)
 
   def init_clients(self, params: PyTree) -> PyTree:
     clients = dict(super().init_clients(params) or {})

@@ -19,6 +19,12 @@ in `ServerState.clients['memory']` (leaves [M, ...]).
 
 c_k is the importance weight ω/π (1 for IS). Calibrated lr η₄ = η₃, c-a-FedAvg's
 (Eq. (115)). After aggregating, y_m ← the update of m's last received slot.
+
+Not in cells (`hierarchy.*` is refused in one line): y_m is one update per
+global round, from the global model, standing in for a failed one from the
+global model; in cells a client sends E updates from E edge models, and
+which one y_m keeps and what it stands in for in another cell's edge round
+the method does not say.
 """
 from typing import Any
 
@@ -26,7 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het.methods.fedacs.reweighted import communication_aware_lr_scale
-from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm
+from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
+    SystemsAwareAlgorithm
 from fedjax_het.core import client_state
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.parts.links_work import SystemsRound
@@ -39,6 +46,7 @@ class FedVarp(SystemsAwareAlgorithm):
 
   name = 'fedvarp'
   display_name = 'FedVarp'
+  option_groups = FLAT_OPTION_GROUPS   # not in cells (module docstring)
 
   def init_clients(self, params: PyTree) -> PyTree:
     clients = dict(super().init_clients(params) or {})

@@ -19,13 +19,20 @@ coefficient c_k of rule (3):
   p_m ∝ ω_m‖U_m‖ and aggregates (1/K) Σ_{received} (ω_m/p_m) U_m: unbiased
   for Σ ω(1 − q)U (Eq. (25)), so Ω is FedAvg's; lr η₁. Computation and
   communication are counted for the K draws only; the
-  simulation trains all M clients each round.
+  simulation trains all M clients each round. Not in cells
+  (`hierarchy.*` is refused in one line): its draws follow the training of
+  every client from the global model, so in cells each edge round would
+  need its own draw among a cell's updates, which the method does not
+  define.
+
+c-a-FedAvg and FedNova run in cells (the family's rule (3) per cell,
+`systems_aware`).
 """
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.methods.fedacs.systems_aware import SystemsAwareAlgorithm, \
-    fedavg_step_length
+from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
+    SystemsAwareAlgorithm, fedavg_step_length
 from fedjax_het.core import sampling
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
@@ -88,6 +95,7 @@ class OptimalSampling(SystemsAwareAlgorithm):
 
   name = 'os'
   display_name = 'OS'
+  option_groups = FLAT_OPTION_GROUPS   # not in cells (module docstring)
   participations = ('with_replacement',)
 
   def __init__(self, config, model, data):

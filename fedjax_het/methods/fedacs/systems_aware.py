@@ -55,6 +55,24 @@ Each round logs, besides the train loss: `uploads` (updates received),
 `local_steps` (Σ local steps of the sampled clients, including those whose
 upload fails: the computation load) and `examples`; the trainer keeps their
 running totals (the cost to reach a target accuracy).
+
+Cells (`config.hierarchy`, `fedjax_het.parts.cells`, HIST's topology): with
+more than one cell or edge round, or the AirComp edge channel, the K draws
+are grouped by cell as FedAvg's cohort is (client m's cell is its block of
+`hierarchy.cell_sizes`), and each cell j runs E edge rounds of rule (3)
+restricted to its K_j draws: from its edge model x̄_j,
+
+    x̄_j ← x̄_j − (1/K_j) Σ_{k∈j} Z_{m_k} c_k Δ_k      (e = 0..E−1),
+
+with the flat round's link outcomes Z (one per global round, every edge
+round), coefficients c, calibrated lr and local work T; the cloud weighs the
+cells by their draws, X ← X − η_s Σ_j (K_j/K)(X − x̄_j^E) (the 'draws' edge
+rule; `hierarchy.cloud_weights` is not read). With E = 1 and OMA this is
+flat rule (3); under AirComp the edge sums go over the air as FedAvg's. The
+proximal term of `fedacs.prox_mu` pulls towards the client's start model
+(its edge model). Bytes, uploads and local steps count E exchanges per draw.
+FedVarp, FedAU and OS do not list the part, so `hierarchy.*` is refused
+for them in one line (their modules say why).
 """
 import dataclasses
 from typing import Any
@@ -71,6 +89,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
+from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts import links_work, local_work
 
 PyTree = Any
@@ -113,6 +132,10 @@ class FedAcsOptions(OptionGroup):
                              'recorded (rounds)', check=positive_int)
 
 
+# The family's sections without the cells part (FedVarp, FedAU, OS).
+FLAT_OPTION_GROUPS = (links_work.SystemsOptions, FedAcsOptions)
+
+
 def fedavg_step_length(omega: jax.Array, q: jax.Array,
                        a_norm: jax.Array) -> jax.Array:
   """FedAvg's expected step per unit lr, η_eff·T_eff/η₁ = Σ ω(1 − q)‖a‖₁ (Eq. (111))."""
@@ -140,7 +163,11 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   display_name = 'systems-aware'
   # Participation schemes the method is defined for.
   participations = PARTICIPATIONS
-  option_groups = (links_work.SystemsOptions, FedAcsOptions)
+  # The systems part, the family's options and the cells part, where each
+  # cell runs rule (3) on its draws (the 'draws' edge rule).
+  option_groups = FLAT_OPTION_GROUPS + (cells_lib.HierarchyOptions,)
+  edge_rule = 'draws'
+  per_round_metrics = cells_lib.PER_ROUND_METRICS
   # Whether the method divides by the upload success probability 1 − q.
   divides_by_success = False
 
@@ -326,7 +353,11 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
                       outputs: ClientOutput) -> PyTree:
     """Rule (3): (1/K) Σ_k w_k Δ_k over the K draws (not over the number of
-    updates received): the weighted segment sum times `update_scale`."""
+    updates received): the weighted segment sum times `update_scale`. In
+    cells: Σ_j (K_j/K)(X − x̄_j^E), the cloud over the cells' rule-(3) edge
+    models (module docstring; `segment_pseudo_gradient`)."""
+    if self.cells is not None:
+      return self.segment_pseudo_gradient(state, plans, outputs)
     weights, _ = self.slot_weights(state, plans, outputs)
     sums, _ = aggregation.segment_sums(
         outputs.delta, weights * plans.is_active(), plans.group, 1,
@@ -361,14 +392,14 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     copies = copies * active  # idle slots exchange and compute nothing
     uploads = copies * plans.extras['link_up']
     model_bytes = payload_bytes(state.params)
-    return {
+    return self.charge_cells({
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(copies * outputs.num_examples),
         'local_steps': jnp.sum(copies * plans.num_steps),
         'uploads': jnp.sum(uploads),
         'bytes_down': jnp.sum(copies) * model_bytes,
         'bytes_up': jnp.sum(uploads) * model_bytes,
-    }
+    }, plans, outputs)
 
 
 class FedAvgHet(SystemsAwareAlgorithm):
