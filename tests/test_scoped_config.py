@@ -116,6 +116,25 @@ def test_the_resolved_config_holds_what_the_baseline_trains_with():
       config_lib.base_config().cos2p.width_masks        # Co-S²P fixes none
 
 
+@pytest.mark.parametrize('algorithm,cells,edge_rounds', [
+    ('hist', 2, 5), ('hfedavg', 2, 5), ('fedavg', 1, 1), ('heterofl', 1, 1),
+    ('fedacs', 1, 1)])
+def test_cells_and_edge_rounds_default_to_the_methods_own(algorithm, cells,
+                                                          edge_rounds):
+  """`hierarchy.num_cells` / `edge_rounds` left unset resolve to HIST's
+  Sec. VI values for HIST's methods and to no cells for the others; the
+  resolved config states them, and a value set is kept, 1 included."""
+  resolved = config_lib.resolve(configured(algorithm))
+  assert (resolved.hierarchy.num_cells,
+          resolved.hierarchy.edge_rounds) == (cells, edge_rounds)
+  assert config_lib.resolve(configured(
+      algorithm, hierarchy__num_cells=1,
+      hierarchy__edge_rounds=1)).hierarchy.num_cells == 1
+  if algorithm.startswith('h'):
+    assert config_lib.resolve(configured(
+        algorithm, hierarchy__edge_rounds=1)).hierarchy.edge_rounds == 1
+
+
 def test_show_config_and_a_run_refuse_in_one_line(capsys, tmp_path):
   for extra in (['--show-config'], [f'--workdir={tmp_path / "run"}']):
     err = one_line_error(capsys, cli.main(QUICK + [

@@ -188,6 +188,8 @@ class FederatedAlgorithm:
   # deltas (`parts.cells.EDGE_RULES`).
   always_in_cells = False
   edge_rule = 'mean'
+  # `hierarchy.num_cells` / `edge_rounds` when left at 0 (the method's own).
+  cell_defaults = cells_lib.FLAT
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
@@ -198,8 +200,9 @@ class FederatedAlgorithm:
     method whose sampler is its own refuses client availability."""
     cls._check_availability(config)
     if cells_lib.HierarchyOptions in cls.option_groups:
+      config = cells_lib.with_method_defaults(config, cls.cell_defaults)
       cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg',
-                                   cls.edge_rule)
+                                   cls.edge_rule, cls.cell_defaults)
     return config
 
   @classmethod
@@ -315,6 +318,8 @@ class FederatedAlgorithm:
     """The cells the method runs in, or None: the method does not read
     `config.hierarchy`, or the section asks for none. In cells the cells are
     the aggregation segments, and OMA's edge sums are added up in the map."""
+    if cells_lib.HierarchyOptions in self.option_groups:
+      config = cells_lib.with_method_defaults(config, self.cell_defaults)
     if cells_lib.HierarchyOptions not in self.option_groups or not (
         self.always_in_cells or cells_lib.is_on(config.hierarchy)):
       return None

@@ -79,8 +79,9 @@ from fedjax_het.core import aggregation
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
-from fedjax_het.options import (ConfigError, OptionGroup, finite, option,
-                                positive, positive_int, same_value)
+from fedjax_het.options import (ConfigError, OptionGroup, finite,
+                                non_negative_int, option, positive,
+                                positive_int, same_value)
 from fedjax_het.systems import latency
 
 PyTree = Any
@@ -98,14 +99,16 @@ class HierarchyOptions(OptionGroup):
   """`config.hierarchy`: a cloud over N edge cells (the cells part).
 
   A global round is E edge rounds of `local_steps` (H) steps at every planned
-  client, each followed by an edge aggregation. The defaults (one cell, one
-  edge round, OMA) are no hierarchy; the other defaults are HIST's Sec. VI-C.
-  Keys marked HIST are read by HIST and HFedAvg only.
+  client, each followed by an edge aggregation. `num_cells` and `edge_rounds`
+  default to the method's own values (`with_method_defaults`): one cell and
+  one edge round, no hierarchy, for a method the part is optional for;
+  HIST's Sec. VI values for HIST and HFedAvg. The other defaults are HIST's
+  Sec. VI-C. Keys marked HIST are read by HIST and HFedAvg only.
   """
   key = 'hierarchy'
-  num_cells: int = option(1, 'N edge servers (HIST Sec. VI: 2..10)', check=positive_int)
+  num_cells: int = option(0, "N edge servers; 0: the method's default (HIST and HFedAvg: 2, Sec. VI's N = 2 of Tables I-II; any other method: 1, no cells)", check=non_negative_int)
   cell_sizes: tuple = option((), 'n_j; () = num_clients split evenly, in client order')
-  edge_rounds: int = option(1, 'E edge rounds per global round (HIST Sec. VI: 5)', check=positive_int)
+  edge_rounds: int = option(0, "E edge rounds per global round; 0: the method's default (HIST and HFedAvg: 5, Sec. VI; any other method: 1)", check=non_negative_int)
   edge_weights: str = option('uniform', "HIST: edge mean over a cell's clients: uniform (1/n_j, Eq. (6)) | examples (∝ examples held); aggregation_weights is not read", choices=('uniform', 'examples'))
   cloud_weights: str = option('uniform', 'cloud mean over cells: uniform | clients (∝ cell weight)', choices=('uniform', 'clients'))
   partition_sizes: str = option('uniform', 'HIST: uniform | optimized (Eq. 19 / 36) | given', choices=('uniform', 'optimized', 'given'))
@@ -155,6 +158,26 @@ AIRCOMP_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
                 'snr_db_fast', 'antennas')
 
 
+# `num_cells` / `edge_rounds` at 0 mean the method's default; a method that
+# runs with or without cells defaults to one cell and one edge round (off).
+METHOD_DEFAULT = 0
+FLAT = {'num_cells': 1, 'edge_rounds': 1}
+
+
+def with_method_defaults(config: ml_collections.ConfigDict,
+                         defaults: dict) -> ml_collections.ConfigDict:
+  """`config` with each of `hierarchy.num_cells` / `edge_rounds` left at 0
+  replaced by the method's `defaults` (a copy; `config` itself when none is
+  0), so the resolved config states what ran."""
+  unset = {key: value for key, value in defaults.items()
+           if config.hierarchy[key] == METHOD_DEFAULT}
+  if not unset:
+    return config
+  resolved = config.copy_and_resolve_references()
+  resolved.hierarchy.update(unset)
+  return resolved
+
+
 def is_on(section: ml_collections.ConfigDict) -> bool:
   """Whether `config.hierarchy` asks for cells: more than one cell or edge
   round, or the AirComp channel (one cell, one edge round and OMA are a
@@ -164,13 +187,16 @@ def is_on(section: ml_collections.ConfigDict) -> bool:
 
 
 def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
-                       readers: str, edge_rule: str = 'mean') -> None:
+                       readers: str, edge_rule: str = 'mean',
+                       cell_defaults: dict = FLAT) -> None:
   """Raises ConfigError (one line naming the key) for a `hierarchy` key set
   that a method holding the part without HIST's system model does not read:
   any key while the part is off, HIST's own keys, the AirComp keys under
   OMA, and `cloud_weights` under the 'draws' edge rule (rule (3) weighs the
-  cells by their draws). `readers`: the methods that read HIST's keys."""
-  section, defaults = config.hierarchy, HierarchyOptions.defaults()
+  cells by their draws). `readers`: the methods that read HIST's keys;
+  `cell_defaults`: the method's `num_cells` / `edge_rounds`, also unset."""
+  section = config.hierarchy
+  defaults = {**HierarchyOptions.defaults(), **cell_defaults}
   read = CELL_KEYS + (AIRCOMP_KEYS if section.edge_channel == 'aircomp'
                       else ())
   for key, default in defaults.items():

@@ -54,6 +54,7 @@ from fedjax_het.core import key_streams
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientPlan, ServerState, round_key
 from fedjax_het.options import ConfigError, same_value
+from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
@@ -115,12 +116,16 @@ class HFedAvg(FedAvg):
   option_groups = (HierarchyOptions,)
   per_round_metrics = ('partition_dmax',) + FedAvg.per_round_metrics
   always_in_cells = True
+  # HIST Sec. VI: N = 2 cells (Tables I-II also run N = 4), E = 5 edge rounds.
+  cell_defaults = {'num_cells': 2, 'edge_rounds': 5}
 
   @classmethod
   def fix_options(cls, config):
-    """`config` itself: HIST's methods read every `hierarchy` key, but the
-    AirComp channel's own (noise, power, the beamformer's solver steps) only
-    with `edge_channel='aircomp'`; set under OMA, one is refused."""
+    """`config` with Sec. VI's N and E where `hierarchy` leaves them to the
+    method (`cell_defaults`): HIST's methods read every `hierarchy` key, but
+    the AirComp channel's own (noise, power, the beamformer's solver steps)
+    only with `edge_channel='aircomp'`; set under OMA, one is refused."""
+    config = cells_lib.with_method_defaults(config, cls.cell_defaults)
     section, defaults = config.hierarchy, HierarchyOptions.defaults()
     if section.edge_channel != 'aircomp':
       for key in AIRCOMP_ONLY_KEYS:
@@ -132,6 +137,7 @@ class HFedAvg(FedAvg):
     return config
 
   def __init__(self, config, model, data):
+    config = cells_lib.with_method_defaults(config, self.cell_defaults)
     self.hierarchy = Hierarchy.from_config(config)
     super().__init__(config, model, data)
     self.total_params = int(sum(math.prod(p.shape)
