@@ -209,3 +209,17 @@ def test_fsl_oc_refuses_the_clock_in_one_line():
                   'clock section', message) and '\n' not in message
   for algorithm in ('cse_fsl', 'fsl_an', 'fsl_mc'):
     config_lib.validate(on_clock(algorithm))
+
+
+def test_epoch_rounds_charge_each_client_its_batches():
+  """With `split.round_steps='epoch'` a client round runs M_k = ⌈n_k / B⌉
+  batches (counts 20, 13, 17, B = 4: 5, 4, 5), and the clock's default
+  round time is one second per batch: at μ = 1 the window is 5 s and the
+  clients are busy 5, 4 and 5 s of it."""
+  config = synchronous('fsl_an')
+  config.split.round_steps = 'epoch'
+  config.clock.jitter = 0.0
+  method, _, _ = build(config=config)
+  inputs = method.round_inputs(0, 1)
+  np.testing.assert_array_equal(inputs['busy_seconds'][0], [5, 4, 5])
+  np.testing.assert_array_equal(inputs['window_seconds'][0], [5, 5, 5])

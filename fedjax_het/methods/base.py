@@ -51,23 +51,23 @@ The clock part (`config.clock`, `fedjax_het.parts.clock`): a method that
 lists `ClockOptions` in its `option_groups` (FedAvg, HeteroFL, FedRolex,
 FjORD, ScaleFL, the FIARSE family; CSE-FSL, FSL_AN and FSL_MC, whose reading
 `methods/split/split_learning.py` gives) runs on Co-S²P's semi-asynchronous
-virtual clock when the section is not at its defaults. Our reading of FedAvg on the clock (Co-S²P's Alg. 1):
-every idle client is dispatched at a round's start with the global model
-w_q (so clients_per_round must be N); the clients whose updates arrive in
-round q form its cohort; a client trains from the global model of its
-dispatch round k_n (row n of the start table `extras['start']`), planned by
-`plan_clients` as in that round (its key, FedRolex's window, FIARSE's
-thresholds of w_{k_n}, the systems part's draws of round k_n), and its delta is averaged as in a synchronous
-round, weighed by its staleness τ = q − k_n (`clock.staleness_weight`,
+virtual clock when the section is not at its defaults. Our reading of FedAvg
+on the clock (Co-S²P's Alg. 1): every idle client is dispatched at a round's
+start with the global model w_q (so clients_per_round must be N); the
+clients whose updates arrive in round q form its cohort; a client trains
+from the global model of its dispatch round k_n (row n of the start table
+`extras['start']`), planned by `plan_clients` as in that round (its key,
+FedRolex's window, FIARSE's thresholds of w_{k_n}, the systems part's draws
+of round k_n), and its delta is averaged as in a synchronous round, weighed
+by its staleness τ = q − k_n (`clock.staleness_weight`,
 `parts.clock.weigh_arrival`; in the client map, or by `weigh_arrivals`
 before `aggregate` for a method that reads the stacked deltas). The plans
-hold all N clients, in the order
-`cohort_ids` draws them (a permutation), active where an update arrives;
-the clock's inputs of the slots ride in `plan.extras['clock']`. With
-μ = 1, T_clk = 0 and no staleness weight every round is FedAvg's with
-K = N, the same program bit for bit. The round metrics add the virtual
-seconds, busy seconds, arrivals and staleness, `summary_facts` the virtual
-time and RU.
+hold all N clients, in the order `cohort_ids` draws them (a permutation),
+active where an update arrives; the clock's inputs of the slots ride in
+`plan.extras['clock']`. With μ = 1, T_clk = 0 and no staleness weight every
+round is FedAvg's with K = N, the same program bit for bit. The round
+metrics add the virtual seconds, busy seconds, arrivals and staleness,
+`summary_facts` the virtual time and RU.
 
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
@@ -289,7 +289,12 @@ class FederatedAlgorithm:
           f'{self.cohort_size} and {config.client_sampling}.')
     return clock_part.VirtualClock(
         options, num_clients=self.num_clients, rounds=config.rounds,
-        local_steps=config.local_steps, seed=config.seed)
+        local_steps=self.clock_default_steps(), seed=config.seed)
+
+  def clock_default_steps(self) -> int | tuple:
+    """The local steps of a client round, for the clock's default round
+    times (one second per step): `local_steps`, every client alike."""
+    return int(self.config.local_steps)
 
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:

@@ -166,6 +166,13 @@ class SplitLearning(FederatedAlgorithm):
       return int(self.epoch_steps.max())
     return super().max_local_steps()
 
+  def clock_default_steps(self) -> int | tuple:
+    """M_k per client under `round_steps='epoch'` (the clock's default
+    round times, one second per batch)."""
+    if self.split.round_steps == 'epoch':
+      return tuple(int(m) for m in self.epoch_steps)
+    return super().clock_default_steps()
+
   def round_lr(self, round_index: jax.Array) -> jax.Array:
     """η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ (Sec. V)."""
     decays = (round_index // self.split.lr_decay_every).astype(jnp.float32)
