@@ -12,8 +12,9 @@ dispatch round (`methods/split/split_learning.py`). Accuracy is read at fixed vi
 
 Command:   python experiments/composition/split_clock.py --seeds 3 --workdir runs/split_clock
            (18 runs, one evaluation per round; 9:50 wall, 193 s of CPU, on the 2-core machine
-           shared with three other jobs; rerunning resumes). `fedjax-het --config experiments/composition/split_clock.py --seeds 3` runs
-           the same configs with the final-accuracy table and curves against virtual seconds.
+           shared with three other jobs; rerunning resumes).
+           `fedjax-het --config experiments/composition/split_clock.py --seeds 3` runs the same
+           configs with the final-accuracy table and curves against virtual seconds.
 
 Setting: CSE-FSL's CPU-scaled digits (`experiments/csefsl/csefsl_setup.digits`): 8×8 digits
 over 5 IID clients, split LeNet-5 with an MLP aux head, B = 16, 17 batches per round, η = 0.1,
