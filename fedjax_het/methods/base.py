@@ -49,22 +49,25 @@ line. With `availability='always'` the part is off.
 
 The clock part (`config.clock`, `fedjax_het.parts.clock`): a method that
 lists `ClockOptions` in its `option_groups` (FedAvg, HeteroFL, FedRolex,
-FjORD, ScaleFL, the FIARSE family) runs on Co-S²P's semi-asynchronous virtual clock when the section is
-not at its defaults. Our reading of FedAvg on the clock (Co-S²P's Alg. 1):
-every idle client is dispatched at a round's start with the global model
-w_q (so clients_per_round must be N); the clients whose updates arrive in
-round q form its cohort; a client trains from the global model of its
-dispatch round k_n (row n of the start table `extras['start']`), planned by
-`plan_clients` as in that round (its key, FedRolex's window, FIARSE's
-thresholds of w_{k_n}, the systems part's draws of round k_n), and its delta is averaged as in a synchronous
-round, weighed by its staleness τ = q − k_n (`clock.staleness_weight`,
-`parts.clock.weigh_arrival`). The plans hold all N clients, in the order
-`cohort_ids` draws them (a permutation), active where an update arrives;
-the clock's inputs of the slots ride in `plan.extras['clock']`. With
-μ = 1, T_clk = 0 and no staleness weight every round is FedAvg's with
-K = N, the same program bit for bit. The round metrics add the virtual
-seconds, busy seconds, arrivals and staleness, `summary_facts` the virtual
-time and RU.
+FjORD, ScaleFL, the FIARSE family; CSE-FSL, FSL_AN and FSL_MC, whose reading
+`methods/split/split_learning.py` gives) runs on Co-S²P's semi-asynchronous
+virtual clock when the section is not at its defaults. Our reading of FedAvg
+on the clock (Co-S²P's Alg. 1): every idle client is dispatched at a round's
+start with the global model w_q (so clients_per_round must be N); the
+clients whose updates arrive in round q form its cohort; a client trains
+from the global model of its dispatch round k_n (row n of the start table
+`extras['start']`), planned by `plan_clients` as in that round (its key,
+FedRolex's window, FIARSE's thresholds of w_{k_n}, the systems part's draws
+of round k_n), and its delta is averaged as in a synchronous round, weighed
+by its staleness τ = q − k_n (`clock.staleness_weight`,
+`parts.clock.weigh_arrival`; in the client map, or by `weigh_arrivals`
+before `aggregate` for a method that reads the stacked deltas). The plans
+hold all N clients, in the order `cohort_ids` draws them (a permutation),
+active where an update arrives; the clock's inputs of the slots ride in
+`plan.extras['clock']`. With μ = 1, T_clk = 0 and no staleness weight every
+round is FedAvg's with K = N, the same program bit for bit. The round
+metrics add the virtual seconds, busy seconds, arrivals and staleness,
+`summary_facts` the virtual time and RU.
 
 The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
 that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
@@ -294,7 +297,6 @@ class FederatedAlgorithm:
     if clock_part.ClockOptions not in self.option_groups or changed_key(
         config.clock, clock_part.ClockOptions.defaults()) is None:
       return None
-    assert self.sums_deltas_in_map, 'the clock weighs deltas in the map'
     if self.availability is not None:
       raise ConfigError(
           f'systems.availability = {config.systems.availability!r} and the '
@@ -311,7 +313,12 @@ class FederatedAlgorithm:
           f'{self.cohort_size} and {config.client_sampling}.')
     return clock_part.VirtualClock(
         options, num_clients=self.num_clients, rounds=config.rounds,
-        local_steps=config.local_steps, seed=config.seed)
+        local_steps=self.clock_default_steps(), seed=config.seed)
+
+  def clock_default_steps(self) -> int | tuple:
+    """The local steps of a client round, for the clock's default round
+    times (one second per step): `local_steps`, every client alike."""
+    return int(self.config.local_steps)
 
   def _cells_part(self, config: ml_collections.ConfigDict,
                   data) -> cells_lib.Cells | None:
@@ -601,9 +608,7 @@ class FederatedAlgorithm:
                              (plan, per_client[1]))
     delta, weight = output.delta, plan.active_weight()
     if self.clock is not None:
-      delta, weight = clock_part.weigh_arrival(
-          self.clock.options, plan.extras['clock']['staleness'], delta,
-          weight, jax.tree.map(lambda t: t[plan.start_model], table), params)
+      delta, weight = self.clock_weighed(plan, delta, table, params)
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
         jax.tree.map(one, delta), one(weight),
@@ -611,6 +616,33 @@ class FederatedAlgorithm:
         jax.tree.map(one, self.coverage_masks(plan.mask, delta)),
         values_masked=True)
     return output.replace(delta=None), sums
+
+  def clock_weighed(self, plan: ClientPlan, delta: PyTree, table: PyTree,
+                    params: PyTree) -> tuple[PyTree, jax.Array]:
+    """(delta, weight) of one slot's update in the round's mean on the clock:
+    `weigh_arrival` with its staleness τ and start model w_{k_n} (its row of
+    the start table `table`, leaves [N, ...]); `params` is w_q."""
+    start = jax.tree.map(lambda t: t[plan.start_model], table)
+    return self.weigh_arrival(plan.extras['clock']['staleness'], delta,
+                              plan.active_weight(), start, params)
+
+  def weigh_arrival(self, staleness: jax.Array, delta: PyTree,
+                    weight: jax.Array, start: PyTree,
+                    params: PyTree) -> tuple[PyTree, jax.Array]:
+    """`parts.clock.weigh_arrival` on the whole model (a method that
+    averages only some parts of it weighs those)."""
+    return clock_part.weigh_arrival(self.clock.options, staleness, delta,
+                                    weight, start, params)
+
+  def weigh_arrivals(self, state: ServerState, plans: ClientPlan,
+                     outputs: ClientOutput) -> tuple[ClientPlan, ClientOutput]:
+    """On the clock, (plans, outputs) with every slot's weight and delta
+    [K, ...] as `clock_weighed` gives them, for a method that reads the
+    stacked deltas (`sums_deltas_in_map` False; one that sums them in the
+    map weighs there)."""
+    delta, weight = jax.vmap(self.clock_weighed, in_axes=(0, 0, None, None))(
+        plans, outputs.delta, state.extras['start'], state.params)
+    return plans.replace(weight=weight), outputs.replace(delta=delta)
 
   def run_client(self, shared, per_client) -> ClientOutput:
     """One client's program (`clients.map`'s function)."""
@@ -774,6 +806,8 @@ class FederatedAlgorithm:
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:
     metrics = self.round_metrics(state, plans, outputs)
+    if self.clock is not None and not self.sums_deltas_in_map:
+      plans, outputs = self.weigh_arrivals(state, plans, outputs)
     new_state = self.aggregate(state, plans, outputs)
     if self.clock is not None:   # the clock's metrics; w_{q+1} dispatched
       inputs = plans.extras['clock']

@@ -31,8 +31,10 @@ rounds read, and keeps the stale-model table:
 - the clock's round metrics and summary facts (virtual time, RU in the
   three forms of `systems.clock`, the largest staleness).
 
-Client round times are `client_seconds` (default `local_steps` seconds for
-every client: FedAvg's clients do equal work) times the lognormal jitter;
+Client round times are `client_seconds` (default one second per local step:
+`local_steps` for every client, FedAvg's clients do equal work; a method
+whose clients run unequal steps gives its own, `FederatedAlgorithm.
+clock_default_steps`) times the lognormal jitter;
 they are host-made before the rounds, so the systems part's T_m (drawn in
 the compiled round) sets a client's steps, not its seconds.
 
@@ -111,16 +113,17 @@ class VirtualClock:
     options: the `clock` section.
     num_clients: N (every client is dispatched whenever idle).
     rounds: Q, the rounds simulated.
-    local_steps: the default seconds of a client round (one per local step).
+    local_steps: the default seconds of a client round (one per local
+      step): one value for every client, or a tuple of one per client.
     seed: the jitter's seed.
   """
 
   def __init__(self, options: ClockOptions, *, num_clients: int, rounds: int,
-               local_steps: int, seed: int):
+               local_steps: int | tuple, seed: int):
     self.options = options
+    steps = tuple(float(s) for s in np.atleast_1d(local_steps))
     seconds = per_client('clock.client_seconds',
-                         options.client_seconds or (float(local_steps),),
-                         num_clients)
+                         options.client_seconds or steps, num_clients)
     duration = clock.with_jitter(
         clock.fixed_durations([[s] * rounds for s in seconds]),
         options.jitter, seed)

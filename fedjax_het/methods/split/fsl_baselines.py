@@ -10,7 +10,9 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   step above runs inside the client's program (its carry holds x_c and its
   x_s copy); the copies are FedAvg'd with the client models each round
   (SplitFed-V1; the paper does not say). This is FedAvg on the
-  composed model, computed through the cut.
+  composed model, computed through the cut; on the virtual clock a
+  client's server copy starts from the server model of its dispatch round
+  (`split_learning`'s module docstring).
 * FSL_OC ("one copy"): one server model serves every client in round-robin
   order (batch b of clients 1..K in ascending client id, then batch b + 1,
   ...; `split_learning.slot_order`), so the cohort is
@@ -21,6 +23,8 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   paper adds "gradient clipping [56]" (Pascanu et al. 2013) without a
   threshold, and the authors' code has no FSL_OC; the experiment configs set
   it by Pascanu et al.'s heuristic (experiments/csefsl/csefsl_setup.py).
+  It does not read `config.clock` (refused in one line): a serial
+  round-robin server has no reading on an asynchronous clock.
 """
 from typing import Any
 
@@ -29,10 +33,12 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het.methods.split import split_accounting as accounting
-from fedjax_het.methods.split.split_learning import SplitLearning, slot_order
+from fedjax_het.methods.split.split_learning import (SplitLearning,
+                                                     SplitOptions, slot_order)
 from fedjax_het.core import batching, key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.parts import clock as clock_part
 
 PyTree = Any
 
@@ -74,7 +80,9 @@ class FslMc(GradientReturn):
   """FSL_MC: a server copy per client, trained inside the client's program."""
 
   name = 'fsl_mc'
+  option_groups = (SplitOptions, clock_part.ClockOptions)
   protocol = accounting.FSL_MC
+  averaged_parts = ('client', 'server')
 
   def client_program(self) -> program.ClientProgram:
 

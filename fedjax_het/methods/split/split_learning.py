@@ -46,6 +46,28 @@ uploads arrive: the server takes no step on its smashed batches, its (x_c, a_c)
 enter no average, and its uploaded bytes are not counted (our reading: one
 link outcome per client and round, as FedACS draws it).
 
+On the virtual clock (`config.clock`, `parts.clock`; CSE-FSL, FSL_AN and
+FSL_MC read it, `methods.base` gives FedAvg's reading, Co-S²P's Alg. 1),
+our reading: every idle client is dispatched at a round's start with that
+round's client side (x_c, a_c) (its row of the start table, w_{k_n}) and
+that round's key and lr η_{k_n}; a straggler arrives in a later round q with
+staleness τ = q − k_n. When it arrives, the smashed batches of the steps it
+ran enter round q's server scan (step 2, the arrivals in `server_order`
+within a block) with the server model x_s of round q, which is never stale,
+and round q's lr; FSL_AN's per-client copies likewise start from round q's
+x_s. Its (x_c, a_c) enter round q's FedAvg (Eq. 14) weighed as
+`parts.clock.weigh_arrival` weighs a FedAvg update ('polynomial': its delta
+times (1 + τ)^−a; 'cos2p': its weight times Eq. 4's γ, read on the parts it
+trains, `averaged_parts`; FSL_AN averages its server copies with the same
+weights); idle slots upload nothing. FSL_MC (`fsl_baselines`) is FedAvg on
+the composed model through the cut: a client's server copy is the server
+model of its dispatch round (it talks to that copy while it trains), and
+the arriving copy enters the round's FedAvg with its client part, weighed
+alike. FSL_OC does not read the section: its one server serves the cohort
+round-robin, batch by batch, which has no reading on an asynchronous clock.
+Bytes, up and down, and comm rounds are counted in the arrival round, for
+arrivals only.
+
 Accounting per round (`round_metrics`, summed by the trainer):
 smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
 bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
@@ -68,6 +90,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.data import augment as augment_lib
+from fedjax_het.parts import clock as clock_part
 from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, option, positive_int)
@@ -104,6 +127,8 @@ class SplitLearning(FederatedAlgorithm):
   per_round_metrics = ('server_storage_params',)
   supports_token_labels = False  # split models classify images
   protocol: accounting.SplitProtocol = accounting.CSE_FSL
+  # The parts of the model a client trains and the round's FedAvg averages.
+  averaged_parts = ('client', 'aux')
 
   def __init__(self, config, model, data):
     if not models.is_split(model):
@@ -141,6 +166,13 @@ class SplitLearning(FederatedAlgorithm):
       return int(self.epoch_steps.max())
     return super().max_local_steps()
 
+  def clock_default_steps(self) -> int | tuple:
+    """M_k per client under `round_steps='epoch'` (the clock's default
+    round times, one second per batch)."""
+    if self.split.round_steps == 'epoch':
+      return tuple(int(m) for m in self.epoch_steps)
+    return super().clock_default_steps()
+
   def round_lr(self, round_index: jax.Array) -> jax.Array:
     """η_r = client_lr · lr_decay^⌊r / lr_decay_every⌋ (Sec. V)."""
     decays = (round_index // self.split.lr_decay_every).astype(jnp.float32)
@@ -176,6 +208,15 @@ class SplitLearning(FederatedAlgorithm):
     return cross_entropy(logits, labels)
 
   # ---- aggregation -----------------------------------------------------------
+  def weigh_arrival(self, staleness, delta, weight, start, params):
+    """On the clock, the staleness weight of the parts a client trains
+    (`averaged_parts`): Eq. 4's γ reads their drift and size; the other
+    parts' deltas are zero and stay so."""
+    pick = lambda tree: {part: tree[part] for part in self.averaged_parts}
+    weighed, weight = super().weigh_arrival(staleness, pick(delta), weight,
+                                            pick(start), pick(params))
+    return {**delta, **weighed}, weight
+
   def fedavg(self, state: ServerState, plans: ClientPlan,
              outputs: ClientOutput) -> PyTree:
     """The params with every part in `outputs.delta` replaced by x − the
@@ -222,7 +263,8 @@ class CseFsl(SplitLearning):
   """CSE-FSL (module docstring); `split.server_copies='per_client'` is FSL_AN."""
 
   name = 'cse_fsl'
-  option_groups = (SplitOptions, links_work.SystemsOptions)
+  option_groups = (SplitOptions, links_work.SystemsOptions,
+                   clock_part.ClockOptions)
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
