@@ -8,7 +8,7 @@ import pytest
 from engine_utils import (TINY_VIT, checkpoint_round_trip, committed,
                           tiny_vit_config, vit_experiment)
 from fedjax_het import config as config_lib
-from fedjax_het.methods.cos2p import cos2p
+from fedjax_het.methods.cos2p import budget_masks, vit_engine
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 from script_utils import load_script
@@ -122,9 +122,9 @@ def test_straight_through_gradients():
   weights = jnp.array([0.5, -2.0, 1.5, 3.0])
   key = jax.random.PRNGKey(3)
   for ste, factor in (('identity', 1.0), ('probability', None)):
-    f = lambda i, ste=ste: jnp.sum(weights * cos2p.straight_through(
+    f = lambda i, ste=ste: jnp.sum(weights * budget_masks.straight_through(
         i, key, ste)**2)
-    m = cos2p.straight_through(logits, key, ste)
+    m = budget_masks.straight_through(logits, key, ste)
     np.testing.assert_array_equal(m, jax.random.bernoulli(
         key, jax.nn.sigmoid(logits)).astype(jnp.float32))
     p = jax.nn.sigmoid(logits)
@@ -186,7 +186,7 @@ def test_default_options_learn_masks():
   """Alg. 2 l.3–12: masks are always learned (App. E: Q̂ = 20 / 10 / 10).
   With default options every client leaves round 0 holding a learned mask
   of its window, not all of its units."""
-  assert cos2p.Cos2pOptions().mask_rounds == 20
+  assert vit_engine.Cos2pOptions().mask_rounds == 20
   config = cos2p_config(budgets=(0.25,))              # R_w = 0.5, D = 1 of 2
   algorithm, state, data = build(config)
   state, _ = RoundRunner(algorithm, 'map').run(state, data, 1)
@@ -288,7 +288,7 @@ def test_self_distillation_is_eq3_as_written(monkeypatch):
   """Eq. 3: KL_i = Σ_j σ(ŷ_i/t)_j ln(σ(ŷ_i/t)_j / σ(ŷ_c/t)_j), i.e.
   KL(student‖teacher), by default and in the paper-scale configs."""
   from fedjax_het.methods import self_distillation
-  assert cos2p.Cos2pOptions().kd_direction == 'paper'
+  assert vit_engine.Cos2pOptions().kd_direction == 'paper'
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(3, 5, 4)).astype(np.float32)
   labels = rng.integers(0, 4, 5)
@@ -306,3 +306,17 @@ def test_self_distillation_is_eq3_as_written(monkeypatch):
     config = load_script(f'experiments/cos2p/{name}.py',
                          monkeypatch).get_config()
     assert config.cos2p.kd_direction == 'paper'
+
+
+def test_no_vit_baseline_inherits_cos2p():
+  """The ViT baselines share the engine (`vit_engine.VitOnClock`), not Co-S²P:
+  none of them is a `Cos2p` with Co-S²P's behaviour undone."""
+  from fedjax_het.methods import ALGORITHMS
+  from fedjax_het.methods.cos2p.cos2p import Cos2p
+  vit_methods = {name: cls for name, cls in ALGORITHMS.items()
+                 if issubclass(cls, vit_engine.VitOnClock)}
+  assert set(vit_methods) == {
+      'cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
+      'vit_fedavg_platon', 'vit_fedavg_adavit', 'vit_fedavg_qvit'}
+  assert [name for name, cls in vit_methods.items()
+          if issubclass(cls, Cos2p)] == ['cos2p']

@@ -11,7 +11,7 @@ import fedjax_het.data as fd
 from fedjax_het import cli
 from fedjax_het import config as config_lib
 from fedjax_het import run
-from fedjax_het.methods.cos2p.cos2p import Cos2pOptions
+from fedjax_het.methods.cos2p.vit_engine import Cos2pOptions
 from fedjax_het.data import sources
 from script_utils import load_script
 

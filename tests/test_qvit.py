@@ -8,7 +8,7 @@ import pytest
 from engine_utils import tiny_vit_config, vit_experiment
 from fedjax_het import run
 from fedjax_het.methods.cos2p import qvit
-from fedjax_het.methods.cos2p.cos2p import FedAvgFull
+from fedjax_het.methods.cos2p.width_baselines import FedAvgFull
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 

@@ -40,7 +40,7 @@ MAX_ROUNDS = 2000
 
 
 # Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is μ = 1/N, T_clk = 0; the baselines fix
-# their own μ = 1, T_clk = 0 (`methods.cos2p.SYNCHRONOUS_BASELINE`).
+# their own μ = 1, T_clk = 0 (`methods.cos2p.vit_engine.SYNCHRONOUS_BASELINE`).
 TABLE_ROWS = {
     'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
     'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit', 'fedpm': 'fedpm',

@@ -1,7 +1,8 @@
 """Federated methods, each a small bundle of pure functions on the engine."""
 from fedjax_het.methods.cos2p.adavit import FedAvgAdavit
 from fedjax_het.methods.base import FederatedAlgorithm
-from fedjax_het.methods.cos2p.cos2p import Cos2p, FedAvgFull, FedRolexVit, RamFed
+from fedjax_het.methods.cos2p.cos2p import Cos2p
+from fedjax_het.methods.cos2p.width_baselines import FedAvgFull, FedRolexVit, RamFed
 from fedjax_het.methods.cos2p.fedpm import FedPM
 from fedjax_het.methods.cos2p.platon import FedAvgPlaton
 from fedjax_het.methods.cos2p.prunefl import PruneFL

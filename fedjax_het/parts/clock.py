@@ -38,9 +38,9 @@ clock_default_steps`) times the lognormal jitter;
 they are host-made before the rounds, so the systems part's T_m (drawn in
 the compiled round) sets a client's steps, not its seconds.
 
-Co-S²P (`methods/cos2p/cos2p.py`) keeps its own keys (`cos2p.mu`, ...) and
-analytic cost model, and uses the same schedule inputs, start table, keys,
-metrics and facts. `FederatedAlgorithm` runs a method that lists
+The ViT engine of Co-S²P and its baselines (`methods/cos2p/vit_engine.py`)
+keeps its own keys (`cos2p.mu`, ...) and analytic cost model, and uses the
+same schedule inputs, start table, keys, metrics and facts. `FederatedAlgorithm` runs a method that lists
 `ClockOptions` under the clock when the section is not at its defaults
 (`base.py`'s module docstring gives the reading).
 """

@@ -46,7 +46,7 @@ the kinds in `decide` count. Our readings, options of `config.adavit`:
 - Evaluation: the server's model is the global ViT with hard decisions;
   a client's is the same model with its decisions on or off (R_n < 1 or
   = 1) on its local test split.
-- The clock (`Cos2p.cost_submodel`) charges the full depth at width R_w,
+- The clock (`vit_engine.VitOnClock.cost_submodel`) charges the full depth at width R_w,
   as for PLATON: the expected compute at the target; the memory of a
   dynamic network is really the full model's. The decision networks are
   shared, so a client whose target is far from the others' need not reach
@@ -63,8 +63,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p import cos2p
 from fedjax_het.methods.base import mean_over_active
+from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+                                                 Cos2pOptions, VitOnClock,
+                                                 revert_untrained)
 from fedjax_het.core import program
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
@@ -129,14 +131,14 @@ class _Carry:
   usage: jax.Array    # [3] Σ over steps of the batch's ū per kind
 
 
-class FedAvgAdavit(cos2p.Cos2p):
-  """FedAvg+AdaViT on the Co-S²P engine (module docstring)."""
+class FedAvgAdavit(VitOnClock):
+  """FedAvg+AdaViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_adavit'
-  option_groups = (cos2p.Cos2pOptions, AdavitOptions)
+  option_groups = (Cos2pOptions, AdavitOptions)
   full_depth = True
   reads_decisions = True
-  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling',
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling',
                    'mask_rounds': 0}
   per_round_metrics = tuple(f'usage_{k}' for k in vit.DECISION_KINDS)
 
@@ -161,10 +163,9 @@ class FedAvgAdavit(cos2p.Cos2p):
 
   # ---- client state and plans ------------------------------------------------
   def init_clients(self, params):
-    """The Cos2p rows the engine reads, whether the client decides and its
-    mean usage in its last round."""
-    base = super().init_clients(params)
-    return {'units': base['units'], 'offset': base['offset'],
+    """The engine's rows, whether the client decides and its mean usage in
+    its last round."""
+    return {**super().init_clients(params),
             'decides': jnp.asarray(self.decides),
             'usage': jnp.zeros((self.num_clients, len(vit.DECISION_KINDS)))}
 
@@ -174,14 +175,8 @@ class FedAvgAdavit(cos2p.Cos2p):
                                  'decides': jnp.asarray(self.decides),
                                  'target': jnp.asarray(self.targets)})
 
-  def round_units(self, dispatch, keys):
-    """No fixed masks: the decisions choose per input."""
-    del dispatch, keys
-    return {kind: jnp.ones((self.num_clients,) + shape)
-            for kind, shape in self.model.unit_shapes().items()}
-
   def holders(self, units: dict, window: dict) -> dict:
-    """Cos2p's holders, and the decision networks of the trained blocks for
+    """The engine's holders, and the decision networks of the trained blocks for
     a client whose decisions are on."""
     trained = (window['run'] & ~window['frozen']).astype(jnp.float32)
     return {**super().holders(units, window),
@@ -229,7 +224,7 @@ class FedAvgAdavit(cos2p.Cos2p):
 
     def final(carry, plan):
       held = self.entry_holders(carry.used, plan.extras)
-      params = cos2p.revert_untrained(carry.local.params, carry.start, held)
+      params = revert_untrained(carry.local.params, carry.start, held)
       state = {**carry.local.client_state, 'units': carry.used,
                'offset': plan.extras['offset'],
                'usage': carry.usage / jnp.maximum(plan.num_steps, 1)}
@@ -241,7 +236,7 @@ class FedAvgAdavit(cos2p.Cos2p):
         scan_unroll=self.config.scan_unroll)
 
   def round_metrics(self, state, plans, outputs):
-    """Cos2p's metrics and the mean usage of the arrived deciding clients."""
+    """The engine's metrics and the mean usage of the arrived deciding clients."""
     metrics = super().round_metrics(state, plans, outputs)
     deciding = plans.is_active() & plans.extras['decides']
     for i, kind in enumerate(vit.DECISION_KINDS):

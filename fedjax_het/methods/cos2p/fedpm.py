@@ -1,7 +1,7 @@
 """FedPM (Isik et al., ICLR 2023, "Sparse Random Networks for
-Communication-Efficient Federated Learning") on Co-S²P's ViT engine, with
-structured masks (Co-S²P's baselines, Tabs. 1–2: "all unstructured
-baselines were switched to structured pruning").
+Communication-Efficient Federated Learning") on the ViT engine of Co-S²P's
+baselines (`vit_engine`), with structured masks (Co-S²P's baselines, Tabs.
+1–2: "all unstructured baselines were switched to structured pruning").
 
 The weights never train: the model is the run's initial params (a random
 init, or the checkpoint of `init_params_file`), and the server's state is a
@@ -13,9 +13,9 @@ Client n (Sec. 3 of the paper):
 
 1. starts from scores s = logit(clip(θ, ε, 1 − ε)) (`clip`),
 2. trains s for E epochs with M ~ Bern(σ(s)) and the straight-through
-   gradient (`cos2p.straight_through`, `cos2p.ste`) on Co-S²P's mask loss
-   CE(deepest exit) + λ1·|kept fraction − R_w| (Eq. 2 of Co-S²P; λ1 =
-   `cos2p.lambda_budget`, R_w = √R_n): FedPM itself has no budget — its
+   gradient (`budget_masks.straight_through`, `cos2p.ste`) on Co-S²P's mask
+   loss (`budget_masks`) CE(deepest exit) + λ1·|kept fraction − R_w| (Eq. 2
+   of Co-S²P; λ1 = `cos2p.lambda_budget`, R_w = √R_n): FedPM itself has no budget — its
    sparsity emerges — and this penalty is our reading of the spec's "same
    per-client budget R_n" (λ1 = 0 is FedPM as published),
 3. uploads one sample M_n ~ Bern(σ(s_end)) (1 bit per unit).
@@ -48,9 +48,9 @@ import jax.numpy as jnp
 
 from fedjax_het import optim
 from fedjax_het.methods.cos2p import masked_eval
-from fedjax_het.methods.base import FederatedAlgorithm
-from fedjax_het.methods.cos2p import cos2p
-from fedjax_het.methods.cos2p.cos2p import Cos2p, Cos2pOptions, then
+from fedjax_het.methods.cos2p.budget_masks import BudgetMasks
+from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+                                                 Cos2pOptions, then)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
@@ -109,14 +109,14 @@ def posterior_update(extras: dict, masks: dict, active: jax.Array,
   return out
 
 
-class FedPM(Cos2p):
+class FedPM(BudgetMasks):
   """FedPM with one Bernoulli keep probability per head/row (module docstring)."""
 
   name = 'fedpm'
   option_groups = (Cos2pOptions, FedPMOptions)
   full_depth = True
   per_round_metrics = ('mask_density',)
-  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.fedpm = FedPMOptions.from_config(config)
@@ -143,6 +143,8 @@ class FedPM(Cos2p):
 
   # ---- state ---------------------------------------------------------------------
   def init_clients(self, params):
+    """None: a client's scores start from θ every round
+    (`program_client_state`)."""
     del params
     return None
 
@@ -168,19 +170,19 @@ class FedPM(Cos2p):
             'units': {k: jnp.zeros_like(v) for k, v in logits.items()}}
 
   def start_models(self, state, plans):
+    """None: the weights never train, every client holds the run's params."""
     del state, plans
     return None
 
-  def run_client(self, shared, per_client) -> ClientOutput:
-    return FederatedAlgorithm.run_client(self, shared, per_client)
-
   def next_clients(self, state, plans, outputs):
+    """The clients keep no state (`init_clients`)."""
     del plans, outputs
     return state.clients
 
   # ---- the client program ----------------------------------------------------------
   def client_program(self) -> program.ClientProgram:
-    """E epochs of score training (Cos2p.mask_loss), then the upload draw."""
+    """E epochs of score training (Co-S²P's Eq. 2, `mask_loss`), then the
+    upload draw."""
     scores = program.sgd_program(
         self.mask_loss, lambda lr: optim.adan(self.fedpm.score_lr),
         num_steps=self.options.epochs * int(self.batches.max()),
@@ -217,7 +219,7 @@ class FedPM(Cos2p):
     return jnp.float32(4 * count), jnp.float32(count / 8)
 
   def round_metrics(self, state, plans, outputs):
-    """Co-S²P's metrics and the mean θ the round started from."""
+    """The engine's metrics and the mean θ the round started from."""
     p = state.extras['p']
     density = sum(jnp.sum(v) for v in p.values()) / sum(
         v.size for v in p.values())

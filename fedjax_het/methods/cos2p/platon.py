@@ -47,7 +47,7 @@ readings, options of `config.platon`:
   it (`weighting='holders'`, as FedRolex and RAM-Fed). Synchronous: μ = 1,
   T_clk = 0 are fixed.
 
-The clock (`Cos2p.cost_submodel`) charges every round at the target width
+The clock (`vit_engine.VitOnClock.cost_submodel`) charges every round at the target width
 R_w; the ramp t < t_f trains wider submodels than it charges.
 """
 import dataclasses
@@ -58,8 +58,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p import cos2p
 from fedjax_het.core import program
+from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+                                                 Cos2pOptions, VitOnClock,
+                                                 kept_units, revert_untrained)
 from fedjax_het.models import vit
 from fedjax_het.options import ConfigError, OptionGroup, in_range, option
 from fedjax_het.submodel import units as units_lib
@@ -119,7 +121,7 @@ def top_units(scores: jax.Array, rate: jax.Array, ranking: str) -> jax.Array:
   count = flat.shape[1]
   order = jnp.argsort(-flat, axis=1, stable=True)
   rank = jnp.argsort(order, axis=1, stable=True)
-  keep = rank < cos2p.kept_units(count, rate)
+  keep = rank < kept_units(count, rate)
   return keep.astype(jnp.float32).reshape(scores.shape)
 
 
@@ -130,13 +132,13 @@ class _Carry:
   opt_state: optax.OptState
 
 
-class FedAvgPlaton(cos2p.Cos2p):
-  """FedAvg+PLATON on the Co-S²P engine (module docstring)."""
+class FedAvgPlaton(VitOnClock):
+  """FedAvg+PLATON on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_platon'
-  option_groups = (cos2p.Cos2pOptions, PlatonOptions)
+  option_groups = (Cos2pOptions, PlatonOptions)
   full_depth = True
-  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
@@ -168,24 +170,19 @@ class FedAvgPlaton(cos2p.Cos2p):
 
   # ---- client state and plans ------------------------------------------------
   def init_clients(self, params):
-    """Cos2p's rows (masks, exit heads, offset) and Ī, Ū per prunable entry
-    and the client's local-step counter."""
-    base = super().init_clients(params)
+    """The engine's rows, the units the client keeps ('mask', all at
+    first), Ī, Ū per prunable entry and its local-step counter."""
     n = self.num_clients
     zeros = lambda: {k: jnp.zeros((n,) + params[k].shape, params[k].dtype)
                      for k in PRUNED_LEAVES}
-    return {'mask': base['mask'], 'units': base['units'],
-            'heads': base['heads'], 'offset': base['offset'],
+    return {**super().init_clients(params),
+            'mask': {k: jnp.ones((n,) + s)
+                     for k, s in self.model.unit_shapes().items()},
             'importance': zeros(), 'uncertainty': zeros(),
             'step': jnp.zeros((n,), jnp.int32)}
 
-  def round_units(self, dispatch, keys):
-    """No fixed masks: PLATON's come from the client's scores."""
-    del dispatch, keys
-    return {kind: jnp.ones((self.num_clients,) + shape)
-            for kind, shape in self.model.unit_shapes().items()}
-
   def units_of(self, row, window):
+    """The units PLATON's scores keep (not the round's fixed ones)."""
     del window
     return row['mask']
 
@@ -229,7 +226,7 @@ class FedAvgPlaton(cos2p.Cos2p):
       """Entries outside the last step's units revert to the start model."""
       local = carry.local
       held = self.entry_holders(local.client_state['mask'], plan.extras)
-      params = cos2p.revert_untrained(local.params, carry.start, held)
+      params = revert_untrained(local.params, carry.start, held)
       return self.finish_weights(local.replace(params=params), plan)
 
     return program.ClientProgram(

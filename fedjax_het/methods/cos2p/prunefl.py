@@ -1,5 +1,6 @@
 """PruneFL (Jiang et al., "Model Pruning Enables Efficient Federated Learning
-on Edge Devices", TNNLS 2022) on Co-S²P's ViT engine, structured (Co-S²P's
+on Edge Devices", TNNLS 2022) on the ViT engine of Co-S²P's baselines
+(`vit_engine`), structured (Co-S²P's
 baselines, Tabs. 1–2: heads and rows, never single weights).
 
 One global sparse model: a 0/1 mask per unit (MSA head, attention-projection
@@ -59,9 +60,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p import cos2p
 from fedjax_het.methods.cos2p import masked_eval
-from fedjax_het.methods.cos2p.cos2p import Cos2p, Cos2pOptions
+from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+                                                 Cos2pOptions, VitOnClock)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
@@ -163,14 +164,14 @@ def trim(kept: dict, score: dict, unit_params: dict,
   return _unflat(keep.astype(jnp.float32), kept)
 
 
-class PruneFL(Cos2p):
+class PruneFL(VitOnClock):
   """PruneFL with structured units (module docstring)."""
 
   name = 'prunefl'
   option_groups = (Cos2pOptions, PruneFLOptions)
   full_depth = True
   per_round_metrics = ('model_density',)
-  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
 
   def __init__(self, config, model, data):
     self.prunefl = PruneFLOptions.from_config(config)
@@ -199,6 +200,8 @@ class PruneFL(Cos2p):
 
   # ---- state ---------------------------------------------------------------------
   def init_clients(self, params):
+    """None: a client's units and importance are the round's
+    (`program_client_state`)."""
     del params
     return None
 
@@ -211,8 +214,8 @@ class PruneFL(Cos2p):
     return {k: mag[k] / self.unit_time[k] for k in vit.UNIT_KINDS}
 
   def init_extras(self, params):
-    """The full mask, no importance yet, magnitude scores; the 'start'
-    table of Co-S²P's engine."""
+    """The full mask, no importance yet, magnitude scores; the engine's
+    'start' table."""
     zeros = {g: jnp.zeros(s) for g, s in units_lib.group_shapes(
         self.specs).items()}
     return {**super().init_extras(params),
@@ -270,12 +273,13 @@ class PruneFL(Cos2p):
     return {'units': plans.extras['units'], 'importance': zeros}
 
   def next_clients(self, state, plans, outputs):
+    """The clients keep no state (`init_clients`)."""
     del plans, outputs
     return state.clients
 
   # ---- plans -----------------------------------------------------------------------
   def plan_round(self, state, data=None, inputs=None) -> ClientPlan:
-    """Co-S²P's synchronous plan with the global mask trimmed per client."""
+    """The engine's synchronous plan with the global mask trimmed per client."""
     plans = super().plan_round(state, data, inputs)
     extras = state.extras
     units = jax.vmap(lambda b: trim(extras['mask'], extras['score'],
@@ -285,7 +289,7 @@ class PruneFL(Cos2p):
 
   # ---- the client program ------------------------------------------------------------
   def importance_program(self, num_steps: int) -> program.ClientProgram:
-    """Eq. 3's loss (CE, one exit) on the sparse point, steps of the client
+    """The engine's loss (CE, one exit) on the sparse point, steps of the client
     optimiser on the kept entries, Σ g² per segment accumulated."""
     make_optimizer = self.client_optimizer()
 
@@ -359,7 +363,7 @@ class PruneFL(Cos2p):
     return new.replace(extras=extras)
 
   def round_metrics(self, state, plans, outputs):
-    """Co-S²P's metrics and the density of the round's global mask."""
+    """The engine's metrics and the density of the round's global mask."""
     size = _per_unit(self.unit_params, state.extras['mask'])
     density = jnp.sum(_flat(state.extras['mask']) * size) / jnp.sum(size)
     return {**super().round_metrics(state, plans, outputs),

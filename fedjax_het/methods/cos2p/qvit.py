@@ -40,9 +40,8 @@ constant in the backward), so the budget always holds and the bit-widths
 learn their differences; 'penalty' adds Q-ViT's λ·max(ρ − R_n, 0)² to the
 loss (its code penalises BitOPs). Bits start at 32·R_n.
 
-Federation: synchronous FedAvg on the Co-S²P engine (full width and depth,
-μ = 1, T_clk = 0, every entry averaged over the clients,
-`weighting='holders'`). Bit-widths and scales are the client's own
+Federation: synchronous FedAvg on the ViT engine (`vit_engine`: full width
+and depth, μ = 1, T_clk = 0, every entry averaged over the clients). Bit-widths and scales are the client's own
 (`ServerState.clients`), trained by SGD at `quant_lr`; the weights by the
 client optimiser. The client receives the global model quantised with its
 own quantiser (`quantized_download`) and uploads q(w_end): the server
@@ -59,7 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p import cos2p
+from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+                                                 Cos2pOptions, VitOnClock)
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive)
@@ -140,19 +140,19 @@ def _expand(values: jax.Array, kernel_ndim: int, head_axis: int | None):
 _HEAD_AXIS = {'qkv': 3, 'proj': 1, 'fc1': None, 'fc2': None}
 
 
-class FedAvgQvit(cos2p.Cos2p):
-  """FedAvg+Q-ViT on the Co-S²P engine (module docstring)."""
+class FedAvgQvit(VitOnClock):
+  """FedAvg+Q-ViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_qvit'
-  option_groups = (cos2p.Cos2pOptions, QvitOptions)
+  option_groups = (Cos2pOptions, QvitOptions)
   full_depth = True
-  fixed_options = {**cos2p.SYNCHRONOUS_BASELINE, 'width_masks': 'full', 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'full', 'mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.qvit = QvitOptions.from_config(config)
     super().__init__(config, model, data)
     q = self.qvit
-    # R_n as a bit budget (Cos2p's widths are 1: full width and depth).
+    # R_n as a bit budget (the engine's widths are 1: full width and depth).
     self.bit_budgets = self.budgets.astype(np.float32)
     if (self.bit_budgets * 32 < q.min_bits - 1e-6).any():
       bad = float(self.bit_budgets.min())
@@ -176,7 +176,7 @@ class FedAvgQvit(cos2p.Cos2p):
 
   # ---- the clock --------------------------------------------------------------
   def client_round_seconds(self):
-    """Cos2p's durations less the link time the quantised kernels save:
+    """The engine's durations less the link time the quantised kernels save:
     4·K·(1 − R_n) bytes each way, K the kernel entries of the qkv,
     projection, fc1 and fc2 (the analytic model; fixed `client_seconds`
     are kept as given)."""
@@ -248,9 +248,8 @@ class FedAvgQvit(cos2p.Cos2p):
   # ---- client state and plans ------------------------------------------------
   def init_clients(self, params):
     """Bits 32·R_n and, per group and bit-width, LSQ's scale 2·mean|w|/√Q_P
-    of the initial model; the Cos2p rows the engine reads."""
+    of the initial model; the engine's rows."""
     q, n = self.qvit, self.num_clients
-    base = super().init_clients(params)
     levels = jnp.arange(q.min_bits, q.max_bits + 1, dtype=jnp.float32)
     root_qp = jnp.sqrt(2.0**(levels - 1) - 1)
     bits, scales = {}, {}
@@ -267,8 +266,7 @@ class FedAvgQvit(cos2p.Cos2p):
       bits[name] = jnp.broadcast_to(
           start.reshape((n,) + (1,) * len(self.bit_shapes[name])),
           (n,) + self.bit_shapes[name]).astype(jnp.float32)
-    return {'bits': bits, 'scales': scales, 'heads': base['heads'],
-            'offset': base['offset'], 'units': base['units']}
+    return {**super().init_clients(params), 'bits': bits, 'scales': scales}
 
   def plan_round(self, state, data=None, inputs=None):
     plans = super().plan_round(state, data, inputs)
@@ -277,7 +275,7 @@ class FedAvgQvit(cos2p.Cos2p):
 
   # ---- the client program ----------------------------------------------------
   def weight_loss(self, local, x, y, plan, ctx):
-    """Co-S²P's loss (plain CE at λ2 = 0) of the fake-quantised model, plus
+    """The engine's loss (CE over the exits) of the fake-quantised model, plus
     the budget penalty under `budget_rule='penalty'`."""
     state, budget = local.client_state, plan.extras['budget']
     bits = self.effective_bits(state['bits'], budget)
@@ -332,7 +330,7 @@ class FedAvgQvit(cos2p.Cos2p):
   def quantized_transfer_bytes(self, bits: dict, budget) -> jax.Array:
     """Bytes of one copy of the model at the effective bit-widths: Σ_g
     N_g·b_g/8, a scale and a bit-width per group, float32 elsewhere (what
-    `Cos2p.transfer_bytes` counts in float32)."""
+    `VitOnClock.transfer_bytes` counts in float32)."""
     bits = self.effective_bits(bits, budget)
     weights = sum(self.group_entries[k] * jnp.sum(b) / 8
                   for k, b in bits.items())
@@ -340,7 +338,7 @@ class FedAvgQvit(cos2p.Cos2p):
     return weights + GROUP_HEADER_BYTES * groups + 4.0 * self.float_entries
 
   def round_metrics(self, state, plans, outputs):
-    """Cos2p's metrics with the bytes counted quantised: down at the
+    """The engine's metrics with the bytes counted quantised: down at the
     client's bit-widths at the round's start, up at its end."""
     metrics = super().round_metrics(state, plans, outputs)
     active = plans.is_active()

@@ -1,0 +1,597 @@
+"""The ViT engine on the virtual clock that Co-S²P and its baselines share
+(`VitOnClock`); no paper's method itself. Its options are the `cos2p`
+section (`Cos2pOptions`). Co-S²P's own keys (mask phase, self-distillation,
+personal heads, Eq. 4 weighting) are read by `cos2p.Cos2p` and Eq. 2's by
+`budget_masks`; a baseline fixes the ones it does without (`fixed_options`),
+so its resolved config says what it trains with.
+
+Budgets. Client n has a budget R_n = R_w · R_d (`cos2p.budgets`; R_w =
+√(R·ρ), R_d = √(R/ρ), ρ = `width_depth_ratio`). It trains a window of
+D_n = ⌊L·R_d⌋ blocks at width R_w above h frozen blocks (forward only;
+embedding, CLS and positions train only when h = 0), the blocks above
+pruned; a method with `full_depth` trains all L blocks (h = 0) at width R_w,
+`width_masks='full'` the whole model (R_w = R_d = 1). The rolling offset
+(`depth_offset`): 'shared' h(k) = k mod (L − D_max + 1) for every client,
+so a weak client's last exit lines up with a strong client's intermediate
+one; 'per_client' h_n(k) = k mod (L − D_n + 1); 'none' h = 0. Exits: after
+every shallower-or-equal client's window end h + D_i − 1 and the client's
+own (its deepest exit is the teacher row of `plan.extras`).
+
+Fixed widths (`width_masks`, `round_units`), per kind of unit (MSA head,
+output row of the attention projection, fc1, fc2; `models.vit`) and block,
+float [N, L, U] of 1 = kept: 'full' every unit; 'rolling' (FedRolex) the
+window {(q + j) mod U : j < ⌈R_w·U⌉} of dispatch round q; 'random'
+(RAM-Fed) a fresh uniformly random ⌈R_w·U⌉ subset per client and round.
+
+The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
+at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
+(`mu`, `t_clk`, `tau_max`), and stragglers arrive in later rounds with
+staleness τ. The schedule is simulated on the host and enters the compiled
+rounds as round inputs (`parts.clock.schedule_inputs`); slot n of every
+round is client n, active when its update arrives; it trains lazily at
+arrival from the global model of its dispatch round (`extras['start']`
+row n, `parts.clock.start_table`), with its key (`parts.clock.dispatch_key`)
+and window drawn from the dispatch round, which gives the same result as
+training at dispatch (the client's state cannot change while it is busy).
+A client round costs the fixed `client_seconds`, or the analytic cost model
+(`systems.vit_cost.round_seconds`) of the client's window at width R_w on
+its device type, times a lognormal jitter.
+
+A round: E epochs (`epochs`) of `client_optimizer` (Adan with proximal
+weight decay, or SGD) on the client's submodel with the cross-entropy
+summed over its exits (`weight_loss`); gradients and updates are masked to
+the entries it trains (`entry_holders`), which it uploads. The server
+averages every parameter entry over the arrived clients holding it,
+weighted by the client weights (`aggregate`: Δ_n = w_end − w_start, applied
+to the current model), and dispatches w_{q+1} to the clients it redispatches.
+
+Evaluation: the server model (the full ViT's deepest exit) on the test set,
+and with `local_test` every client's submodel (its window and units) on its
+local test split, averaged weighted by the split sizes.
+"""
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_het import evaluation, optim
+from fedjax_het.methods import self_distillation
+from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
+from fedjax_het.core import aggregation, key_streams, program
+from fedjax_het.core.key_streams import Stream
+from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.models import vit
+from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
+                                is_bool, non_negative, non_negative_int,
+                                option, positive, positive_int, same_value,
+                                subset_of)
+from fedjax_het.parts import clock as clock_part
+from fedjax_het.parts.clock import per_client
+from fedjax_het.submodel import units as units_lib
+from fedjax_het.systems import clock, vit_cost
+
+PyTree = Any
+
+
+def _budgets(key: str, value) -> None:
+  each(in_range(0, 1, closed_low=False))(key, value)
+  if not value:
+    raise ConfigError(f'{key} must list at least one budget.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Cos2pOptions(OptionGroup):
+  """`config.cos2p`: the ViT engine (module docstring) and Co-S²P's own
+  keys (`cos2p.Cos2p`)."""
+  key = 'cos2p'
+  budgets: tuple = option((1.0,), 'R_n per client (one value: every client), in (0, 1]', check=_budgets)
+  device_types: tuple = option(('agx64',), 'device type per client (one value: every client): nx8 | nx16 | agx32 | agx64')
+  width_depth_ratio: float = option(1.0, 'ρ = R_w / R_d (Tab. 8); R_w = √(R·ρ), R_d = √(R/ρ)', check=positive)
+  depth_offset: str = option('shared', 'rolling frozen-block offset: shared h(q) = q mod (L − D_max + 1) | per_client | none (h = 0)', choices=('shared', 'per_client', 'none'))
+  width_masks: str = option('learned', 'learned (Eq. 2) | random (RAM-Fed) | rolling (FedRolex) | full', choices=('learned', 'random', 'rolling', 'full'))
+  learned_units: tuple = option(vit.UNIT_KINDS, 'unit kinds with learned masks; the others get random masks (Tab. 3)', check=subset_of(vit.UNIT_KINDS))
+  optimizer: str = option('adan', 'client optimiser of the weights: adan (proximal weight decay, App. E) | sgd (client_momentum)', choices=('adan', 'sgd'))
+  epochs: int = option(1, 'E: local epochs of weight training per round', check=positive_int)
+  mask_rounds: int = option(20, 'Q̂: clients dispatched in rounds < Q̂ train their masks first (App. E: 20 for E1, 10 for E2/E3; 0: no mask is learned and the clock charges full width)', check=non_negative_int)
+  mask_epochs: int = option(1, 'Ê: epochs of mask training', check=positive_int)
+  mask_lr: float = option(0.01, 'η̂: learning rate of the mask logits (Adan)', check=positive)
+  lambda_budget: float = option(1.0, 'λ1 of Eq. 2', check=non_negative)
+  lambda_kd: float = option(0.0, 'λ2 of Eq. 3 (self-distillation weight)', check=in_range(0, 1))
+  temperature: float = option(3.0, 't of Eq. 3', check=positive)
+  kd_direction: str = option('paper', 'paper (Eq. 3 as written: KL(student‖teacher)) | standard (KL(teacher‖student), BYOT and the authors\' code)', choices=self_distillation.KD_DIRECTIONS)
+  ste: str = option('identity', 'straight-through gradient of M ~ Bern(P): identity (paper) | probability (P·grad, authors\' code)', choices=('identity', 'probability'))
+  final_mask: str = option('sample', 'the frozen mask after a mask phase: sample (one Bernoulli draw) | threshold (σ(I) > ½)', choices=('sample', 'threshold'))
+  logit_init_std: float = option(0.01, 'std of the initial mask logits (p ≈ ½)', check=non_negative)
+  personal_heads: bool = option(True, 'clients keep their own exit heads (A5); False: start from the global heads', check=is_bool)
+  weighting: str = option('eq4', 'eq4 (staleness-aware γ per segment) | holders (client weights, mean over holders)', choices=('eq4', 'holders'))
+  mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates', check=in_range(0, 1, closed_low=False))
+  t_clk: float = option(0.0, 'T_clk: seconds the server waits after ⌈μN⌉ arrivals', check=non_negative)
+  tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never, the paper)', check=in_range(-1, math.inf))
+  client_seconds: tuple = option((), 'fixed seconds of every client round (FLSim-style; one value per client); empty: the analytic model', check=each(positive))
+  jitter: float = option(0.05, 'σ of the lognormal jitter of client round times', check=non_negative)
+  bandwidth_bps: float = option(1e9, 'client link bandwidth in bit/s (analytic model)', check=positive)
+  device_speeds: dict = option({}, 'effective training FLOP/s per device type, overriding 15e12·TOPS/275 (e.g. a fit of the paper\'s RU)')
+  speed_scale: float = option(1.0, 'multiplies every device\'s FLOP/s (a scaled model on a paper-scale clock; scale bandwidth_bps too)', check=positive)
+
+
+# What every baseline of Co-S²P's tables fixes: synchronous rounds (μ = 1,
+# T_clk = 0; their RU < 100%), and Co-S²P's own options at the values that
+# mean "without them" (every entry averaged over the clients holding it, no
+# personal heads, no self-distillation), which the engine does not read.
+SYNCHRONOUS_BASELINE = {'weighting': 'holders', 'personal_heads': False,
+                        'lambda_kd': 0.0, 'mu': 1.0, 't_clk': 0.0}
+
+
+def kept_units(count: int, rate: jax.Array) -> jax.Array:
+  """⌈rate·count⌉ (at least one) as int32."""
+  return jnp.clip(jnp.ceil(rate * count - 1e-6), 1, count).astype(jnp.int32)
+
+
+def rolling_units(count: int, rate: jax.Array, offset: jax.Array) -> jax.Array:
+  """FedRolex's window {(offset + j) mod U : j < ⌈rate·U⌉}: float [U]."""
+  position = (jnp.arange(count) - offset) % count
+  return (position < kept_units(count, rate)).astype(jnp.float32)
+
+
+def random_units(count: int, rate: jax.Array, key: jax.Array) -> jax.Array:
+  """A uniformly random subset of ⌈rate·U⌉ units: float [U]."""
+  rank = jnp.argsort(jax.random.uniform(key, (count,)))
+  return (rank < kept_units(count, rate)).astype(jnp.float32)
+
+
+def revert_untrained(params: PyTree, start: PyTree, held: PyTree) -> PyTree:
+  """`params` where `held` > 0, the round's `start` elsewhere: entries a
+  client did not train (e.g. moved only by weight decay) are not uploaded."""
+  return jax.tree.map(lambda p, s, m: jnp.where(m > 0, p, s), params, start,
+                      held)
+
+
+def then(base: program.ClientProgram, finish) -> program.ClientProgram:
+  """`base` whose end model goes through `finish(local, plan) -> local`."""
+  return dataclasses.replace(base, final=lambda carry, plan: finish(
+      base.final(carry, plan), plan))
+
+
+class VitOnClock(FederatedAlgorithm):
+  """A ViT trained on per-client windows and widths on the virtual clock,
+  aggregated over holders (module docstring). Methods subclass it with
+  their own client program, state and server rule."""
+
+  option_groups = (Cos2pOptions,)
+  schedule_depends_on_rounds = True
+  # Options the method fixes (a config setting one of them to another value
+  # is refused, `fix_options`), and whether its clients train the full depth
+  # at width R_w (no frozen or pruned blocks).
+  fixed_options: dict = {}
+  full_depth = False
+  # Whether it trains AdaViT's decision networks (a ViT with decisions=True).
+  reads_decisions = False
+
+  @classmethod
+  def fix_options(cls, config):
+    """`config` with the method's `fixed_options` written into its cos2p
+    section (a copy); a fixed option that `config` sets to another value than
+    its default is refused, never overwritten."""
+    if not cls.fixed_options:
+      return config
+    defaults = Cos2pOptions.defaults()
+    for key, fixed in cls.fixed_options.items():
+      value = config.cos2p[key]
+      if not (same_value(value, defaults[key]) or same_value(value, fixed)):
+        raise ConfigError(
+            f'{cls.name} fixes cos2p.{key} = {fixed!r}, got {value!r}; leave '
+            f'it unset (cos2p trains with it).')
+    resolved = config.copy_and_resolve_references()
+    resolved.cos2p.update(cls.fixed_options)
+    return resolved
+
+  def __init__(self, config, model, data):
+    if not isinstance(model, vit.ViT):
+      raise ConfigError(f'{self.name} trains a ViT; config.model must be vit '
+                        f'or a preset (vit_tiny, vit_base, vit_base_ext), got '
+                        f'{config.model!r}.')
+    if model.decisions != self.reads_decisions:
+      raise ConfigError(
+          f'{self.name} needs model_options.decisions='
+          f'{self.reads_decisions} (AdaViT\'s decision networks are trained '
+          'by vit_fedavg_adavit only).')
+    if config.clients_per_round != config.num_clients:
+      raise ConfigError(
+          f'{self.name} keeps every client busy (Alg. 1), so '
+          f'clients_per_round must equal num_clients ({config.num_clients}), '
+          f'got {config.clients_per_round}.')
+    self.options = dataclasses.replace(Cos2pOptions.from_config(config),
+                                       **self.fixed_options)
+    super().__init__(config, model, data)
+    n, o = self.num_clients, self.options
+    self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
+    self.device_types = per_client('cos2p.device_types', o.device_types, n)
+    self.width = np.sqrt(self.budgets * o.width_depth_ratio).clip(max=1.0)
+    depth_rate = np.sqrt(self.budgets / o.width_depth_ratio).clip(max=1.0)
+    if o.width_masks == 'full':
+      self.width = np.ones(n)
+    if self.full_depth or o.width_masks == 'full':
+      depth_rate = np.ones(n)
+    self.depth = np.floor(model.depth * depth_rate + 1e-9).astype(np.int32)
+    if (self.depth < 1).any():
+      bad = int(np.argmin(self.depth))
+      raise ConfigError(
+          f'client {bad}\'s budget {self.budgets[bad]:g} leaves ⌊L·R_d⌋ = 0 '
+          f'trainable blocks of L = {model.depth}; raise the budget or the '
+          'width_depth_ratio.')
+    self.counts = np.asarray(data.counts)
+    self.batches = -(-self.counts // config.batch_size)      # ⌈n / B⌉
+    self.data_shape = tuple(data.x.shape[2:])
+    self.template = jax.eval_shape(
+        lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
+            (1,) + tuple(data.x.shape[2:])))['params'])
+    self.specs = vit.segment_specs(self.template)
+    self.schedule = self.make_schedule()
+
+  # ---- the virtual clock -----------------------------------------------------
+  def cost_shape(self) -> vit_cost.ViTShape:
+    """The model and input size as the analytic cost model sees them."""
+    m, (height, width, channels) = self.model, self.data_shape
+    if height != width:
+      raise ConfigError(f'the analytic clock models square images, got '
+                        f'{self.data_shape}; set cos2p.client_seconds.')
+    return vit_cost.ViTShape(
+        depth=m.depth, hidden=m.hidden, mlp=m.mlp, heads=m.heads,
+        patch=m.patch, image=height, channels=channels,
+        num_classes=m.num_classes)
+
+  def cost_submodel(self, client: int,
+                    dispatch_round: int) -> vit_cost.Submodel:
+    """Client `client`'s window at width R_w when dispatched in that round."""
+    offset = int(self.offsets(np.int32(dispatch_round))[client])
+    depth = int(self.depth[client])
+    return vit_cost.Submodel(
+        frozen=offset, trainable=depth,
+        width=vit_cost.Width.uniform(float(self.width[client])),
+        exits=int(np.sum(np.unique(self.depth) <= depth)),
+        train_embedding=offset == 0)
+
+  def mask_epochs_charged(self, sub: vit_cost.Submodel,
+                          dispatch_round: int) -> int:
+    """Epochs of mask training the clock charges a dispatch (none here)."""
+    del sub, dispatch_round
+    return 0
+
+  def client_round_seconds(self) -> clock.Duration:
+    """`duration(client, dispatch_round, index)` of a client round: the fixed
+    `client_seconds`, or the analytic model (`systems.vit_cost.round_seconds`)
+    of `cost_submodel` on the client's device type."""
+    o, rounds = self.options, self.config.rounds
+    if o.client_seconds:
+      seconds = per_client('cos2p.client_seconds', o.client_seconds,
+                           self.num_clients)
+      return clock.fixed_durations([[s] * rounds for s in seconds])
+    shape = self.cost_shape()
+    devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
+    devices = [dataclasses.replace(d, speed=d.speed * o.speed_scale)
+               for d in devices]
+
+    @functools.lru_cache(maxsize=None)
+    def seconds(client: int, sub: vit_cost.Submodel, mask_epochs: int) -> float:
+      return vit_cost.round_seconds(
+          shape, sub, devices[client], train_samples=int(self.counts[client]),
+          batch=self.config.batch_size, epochs=o.epochs,
+          mask_epochs=mask_epochs, bandwidth_bps=o.bandwidth_bps)
+
+    def duration(client: int, dispatch_round: int, index: int) -> float:
+      del index
+      sub = self.cost_submodel(client, dispatch_round)
+      return seconds(client, sub, self.mask_epochs_charged(sub, dispatch_round))
+
+    return duration
+
+  def round_durations(self) -> clock.Duration:
+    """What the clock charges a dispatch: `client_round_seconds` with the
+    lognormal jitter."""
+    return clock.with_jitter(self.client_round_seconds(), self.options.jitter,
+                             self.config.seed)
+
+  def make_schedule(self) -> clock.Schedule:
+    """The clock over all rounds (`systems.clock.simulate`)."""
+    o = self.options
+    return clock.simulate(self.round_durations(), num_clients=self.num_clients,
+                          rounds=self.config.rounds, mu=o.mu, t_clk=o.t_clk,
+                          tau_max=None if o.tau_max < 0 else o.tau_max)
+
+  def round_inputs(self, first: int, count: int) -> dict:
+    """Rounds [first, first + count) of the schedule, as compiled-round xs;
+    'redispatch': the clients dispatched again at the next round's start
+    (their update arrived or was dropped)."""
+    return clock_part.schedule_inputs(self.schedule, first, count)
+
+  def summary_facts(self) -> dict:
+    """The clock's totals (virtual time, RU in its three forms, the largest
+    staleness) and, per client, its mean virtual seconds per round and, for
+    square images, the analytic memory of its window at offset 0 (params,
+    gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
+    facts = clock_part.schedule_facts(self.schedule, self.config.rounds)
+    if self.data_shape[0] == self.data_shape[1]:
+      shape = self.cost_shape()
+      facts['client_memory_bytes'] = [
+          float(vit_cost.client_cost(shape, self.cost_submodel(n, 0),
+                                     self.config.batch_size).memory_bytes)
+          for n in range(self.num_clients)]
+    return facts
+
+  # ---- windows ---------------------------------------------------------------
+  def offsets(self, dispatch_round):
+    """h per client for models dispatched in `dispatch_round` (a scalar, or
+    int [N] one per client; numpy or jax): frozen blocks below the window."""
+    L = self.model.depth
+    if self.options.depth_offset == 'none':
+      return dispatch_round * 0 + 0 * self.depth
+    if self.options.depth_offset == 'shared':
+      return dispatch_round % (L - int(self.depth.max()) + 1) + 0 * self.depth
+    return dispatch_round % (L - self.depth + 1)
+
+  def exit_positions(self, offset: jax.Array, depth: jax.Array) -> jax.Array:
+    """bool [L]: exits after h + D_i − 1 for every client depth D_i ≤ D."""
+    depths = jnp.asarray(np.unique(self.depth))
+    ends = offset + depths - 1
+    layers = jnp.arange(self.model.depth)
+    return jnp.any((layers[:, None] == ends[None]) & (depths <= depth)[None],
+                   axis=1)
+
+  def plan_round(self, state: ServerState, data=None,
+                 inputs: PyTree = None) -> ClientPlan:
+    """Slot n = client n, active if its update arrives this round (inputs).
+
+    `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
+    'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
+    {kind: [N, L, U]} and the clock's inputs of the round."""
+    del data
+    n = self.num_clients
+    if inputs is None:
+      raise ValueError(f'{self.name} plans a round from its schedule: pass '
+                       'round inputs (RoundRunner.run does, from '
+                       '`round_inputs`).')
+    ids = jnp.arange(n)
+    dispatch = inputs['dispatch_round']
+    keys = jax.vmap(self.client_key, in_axes=(None, 0, 0))(state, dispatch,
+                                                          ids)
+    offset = self.offsets(dispatch)
+    depth = jnp.asarray(self.depth)
+    layers = jnp.arange(self.model.depth)
+    run = layers[None] < (offset + depth)[:, None]
+    frozen = layers[None] < offset[:, None]
+    batches = jnp.asarray(self.batches, jnp.int32)
+    extras = {
+        'run': run, 'frozen': frozen,
+        'exits': jax.vmap(self.exit_positions)(offset, depth),
+        'teacher': offset + depth - 1, 'offset': offset,
+        'width': jnp.asarray(self.width, jnp.float32),
+        'units': self.round_units(dispatch, keys),
+        'busy_seconds': inputs['busy_seconds'],
+        'window_seconds': inputs['window_seconds'],
+        'staleness': inputs['staleness'],
+        'redispatch': inputs['redispatch'],
+    }
+    return ClientPlan(
+        client_id=ids, key=keys,
+        num_steps=self.options.epochs * batches,
+        lr=jnp.full((n,), self.config.client_lr, jnp.float32),
+        weight=self.client_weights(ids), group=jnp.zeros((n,), jnp.int32),
+        extras=extras, active=inputs['arrives'], start_model=ids)
+
+  def client_key(self, state: ServerState, dispatch_round: jax.Array,
+                 client: jax.Array) -> jax.Array:
+    """The key of a client's work dispatched in `dispatch_round`: the one
+    `FederatedAlgorithm.plan_round` gives it in that round."""
+    return clock_part.dispatch_key(state.key, dispatch_round, client)
+
+  def round_units(self, dispatch: jax.Array, keys: jax.Array) -> dict:
+    """The fixed unit masks of the round (`width_masks`, module docstring):
+    {kind: [N, L, U]}."""
+    width = jnp.asarray(self.width, jnp.float32)
+    out = {}
+    for i, (kind, (layers, count)) in enumerate(self.model.unit_shapes().items()):
+      if self.options.width_masks == 'full':
+        out[kind] = jnp.ones((self.num_clients, layers, count))
+      elif self.options.width_masks == 'rolling':
+        out[kind] = jax.vmap(lambda r, k: jnp.broadcast_to(
+            rolling_units(count, r, k), (layers, count)))(width, dispatch)
+      else:   # random: RAM-Fed, or the kinds a learned mask leaves random
+        def draw(r, key, kind_index=i):
+          key = jax.random.fold_in(
+              key_streams.fold(key, Stream.COS2P_RANDOM_UNITS), kind_index)
+          return jax.vmap(lambda k: random_units(count, r, k))(
+              jax.random.split(key, layers))
+        out[kind] = jax.vmap(draw)(width, keys)
+    return out
+
+  # ---- client and server state -----------------------------------------------
+  def init_clients(self, params: PyTree) -> PyTree:
+    """The units each client trained last and its window offset (for its
+    submodel's evaluation), {kind: [N, L, U]} (all units) and int [N]."""
+    del params
+    n = self.num_clients
+    return {'offset': jnp.zeros((n,), jnp.int32),
+            'units': {k: jnp.ones((n,) + s)
+                      for k, s in self.model.unit_shapes().items()}}
+
+  def init_extras(self, params: PyTree) -> PyTree:
+    """'start': row n the model client n was dispatched with (w_0 for all)."""
+    return {'start': clock_part.start_table(params, self.num_clients)}
+
+  def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
+    """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
+    client n, `plans.start_model[n] = n`)."""
+    del plans
+    return state.extras['start']
+
+  # ---- the client program ----------------------------------------------------
+  def client_optimizer(self) -> program.OptimizerFactory:
+    if self.options.optimizer == 'sgd':
+      return super().client_optimizer()
+    return lambda lr: optim.adan(lr, self.config.client_weight_decay)
+
+  def units_of(self, row: PyTree, window: dict) -> dict:
+    """The unit masks a client trains with: the round's fixed ones."""
+    del row
+    return window['units']
+
+  def exits_logits(self, params, x, units: dict, window: dict) -> jax.Array:
+    """Every exit's logits [L, B, C] of the client's submodel: `units` in
+    the trainable blocks, full width in the frozen ones, pruned above."""
+    trained = window['run'] & ~window['frozen']
+    units = {k: jnp.where(trained[:, None], u, 1.0) for k, u in units.items()}
+    return self.model.apply(
+        {'params': params}, x, units=units, all_exits=True,
+        window=vit.Window(run=window['run'], frozen=window['frozen']))
+
+  def weight_loss(self, local: program.LocalModel, x, y, plan, ctx):
+    """Σ over the client's exits of the batch-mean cross-entropy."""
+    del ctx
+    window = plan.extras
+    logits = self.exits_logits(local.params, x,
+                               self.units_of(local.client_state, window),
+                               window)                         # [L, B, C]
+    ce = optax.softmax_cross_entropy_with_integer_labels(
+        logits, y[None]).mean(axis=-1)
+    return jnp.sum(jnp.where(window['exits'], ce, 0.0))
+
+  def holders(self, units: dict, window: dict) -> dict:
+    """{segment group: 1 where the client trains the segment} (the clients
+    an entry is averaged over)."""
+    trained = (window['run'] & ~window['frozen']).astype(jnp.float32)
+    embedding = 1.0 - window['frozen'][0].astype(jnp.float32)
+    groups = {f'blocks/{k}': trained[:, None] * u for k, u in units.items()}
+    groups.update({'blocks/ln1': trained, 'blocks/ln2': trained,
+                   'exits': window['exits'].astype(jnp.float32),
+                   'embed': embedding, 'cls': embedding, 'pos': embedding})
+    return groups
+
+  def entry_holders(self, units: dict, window: dict) -> PyTree:
+    """0/1 per parameter entry the client trains (its gradient and update
+    mask, and what it uploads)."""
+    segments = units_lib.unit_broadcast(self.holders(units, window),
+                                        self.specs)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), self.template)
+    return jax.tree.map(jnp.multiply, segments, vit.entry_mask(zeros, units))
+
+  def client_program(self) -> program.ClientProgram | program.ProgramSequence:
+    """E epochs of `weight_loss` on the entries the client trains, then
+    `finish_weights`."""
+    weights = program.sgd_program(
+        self.weight_loss, self.client_optimizer(),
+        num_steps=self.options.epochs * int(self.batches.max()),
+        batch_size=self.config.batch_size,
+        scan_unroll=self.config.scan_unroll,
+        step_mask=lambda local, plan: self.entry_holders(
+            self.units_of(local.client_state, plan.extras), plan.extras))
+    return then(weights, self.finish_weights)
+
+  def finish_weights(self, local: program.LocalModel,
+                     plan) -> program.LocalModel:
+    """The client's state after the round: the units it trained and its
+    window offset (for its submodel's evaluation)."""
+    state = local.client_state
+    return local.replace(client_state={
+        **state, 'offset': plan.extras['offset'],
+        'units': self.units_of(state, plan.extras)})
+
+  # ---- aggregation ---------------------------------------------------------
+  def aggregate(self, state: ServerState, plans: ClientPlan,
+                outputs: ClientOutput) -> ServerState:
+    """w_{q+1} = w_q + `update`; w_{q+1} to the redispatched clients."""
+    delta = jax.tree.map(jnp.negative, outputs.delta)       # w_end − w_start
+    update = self.update(state, plans, delta, outputs.client_state['units'])
+    params = jax.tree.map(jnp.add, state.params, update)
+    start = clock_part.redispatch(state.extras['start'], plans.client_id,
+                                  plans.extras['redispatch'], params)
+    return state.replace(params=params,
+                         extras={**state.extras, 'start': start},
+                         clients=self.next_clients(state, plans, outputs))
+
+  def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
+             units: dict) -> PyTree:
+    """Every entry's weighted mean of the arrived deltas Δ_n [N, ...] over
+    the clients holding it (`aggregation.masked_segment_mean`)."""
+    del state
+    masks = jax.vmap(self.entry_holders)(units, plans.extras)
+    means, _ = aggregation.masked_segment_mean(
+        delta, plans.active_weight(), plans.group, 1, masks,
+        values_masked=True)
+    return jax.tree.map(lambda m: m[0], means)
+
+  def transfer_bytes(self, units: dict, window: dict) -> tuple:
+    """(down, up) bytes of a client round: it downloads the embedding, its
+    blocks up to its depth at full width and its exit heads, and uploads
+    the entries it trained plus one bit per unit of its trainable blocks."""
+    full = {k: jnp.ones_like(u) for k, u in units.items()}
+    shipped = {**window, 'frozen': jnp.zeros_like(window['frozen'])}
+    down = units_lib.unit_broadcast(self.holders(full, shipped), self.specs)
+    up = self.entry_holders(units, window)
+    itemsize = 4
+    trained = (window['run'] & ~window['frozen']).astype(jnp.float32)
+    bits = sum(jnp.sum(trained) * u.shape[1] for u in units.values())
+    count = lambda tree: sum(jnp.sum(x) for x in jax.tree.leaves(tree))
+    return itemsize * count(down), itemsize * count(up) + bits / 8
+
+  def round_metrics(self, state, plans, outputs):
+    """Loss, examples and bytes of the arrived updates, and the clock:
+    virtual seconds of the round, client busy seconds, arrivals and their
+    summed staleness (running totals in the logs)."""
+    active = plans.is_active()
+    down, up = jax.vmap(self.transfer_bytes)(outputs.client_state['units'],
+                                             plans.extras)
+    return {
+        'train_loss': mean_over_active(outputs.loss, active),
+        'examples': jnp.sum(outputs.num_examples),
+        'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
+        'bytes_up': jnp.sum(jnp.where(active, up, 0.0)),
+        **clock_part.round_metrics(plans.extras, active),
+    }
+
+  # ---- evaluation --------------------------------------------------------------
+  def state_evaluator(self, split):
+    """Server: `server_logits` (the full model's deepest exit) on the test
+    set, Top-1/Top-5/weighted F1. Clients (with `local_test`): each client's
+    `personal_logits` on its local test split, averaged weighted by the
+    split sizes."""
+    server = evaluation.make_evaluator(
+        self.server_logits, split.test_x, split.test_y,
+        self.config.eval_batch_size, extended=True)
+    if split.local_test is None:
+      return lambda state: server(state.params)
+    depth = jnp.asarray(self.depth)
+    clients = evaluation.make_personal_evaluator(
+        self.personal_logits, split.local_test, self.config.eval_batch_size,
+        extended=True)
+    weights = np.asarray(split.local_test.counts, np.float64)
+    weights = weights / weights.sum()
+
+    def evaluate(state):
+      out = dict(server(state.params))
+      rows = {**state.clients, 'depth': depth}
+      per_client = clients(state.params, rows)
+      for name, values in per_client.items():
+        out[f'client_{name}'] = float(np.dot(weights, np.asarray(values)))
+      return out
+
+    return evaluate
+
+  def server_logits(self, params: PyTree, x: jax.Array) -> jax.Array:
+    """The server model's logits [B, C]: the full ViT's deepest exit."""
+    return self.model.apply({'params': params}, x)
+
+  def personal_logits(self, shared: PyTree, row: PyTree,
+                      x: jax.Array) -> jax.Array:
+    """A client's submodel (its units and window, deepest exit) of the
+    params `shared` on x: logits [B, C]. `row` is its row of the client
+    state with its depth."""
+    offset, layers = row['offset'], jnp.arange(self.model.depth)
+    window = {'run': layers < offset + row['depth'],
+              'frozen': layers < offset}
+    logits = self.exits_logits(shared, x, row['units'], window)
+    return logits[offset + row['depth'] - 1]
