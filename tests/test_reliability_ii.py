@@ -12,6 +12,7 @@ import pytest
 
 from fedjax_het import methods, cli, compare, models, run, sanity
 from fedjax_het import config as config_lib
+from fedjax_het.core import key_streams
 from fedjax_het.data import FederatedData, FederatedSplit
 from engine_utils import tiny_config
 from test_reliability import one_line_error
@@ -128,7 +129,7 @@ def test_a_run_of_older_key_streams_resumes_only_where_its_draws_are_unchanged(
   run.train(quick_config(rounds=2), workdir)
   path = tmp_path / 'config.json'
   record = json.loads(path.read_text())
-  assert record['key_streams_revision'] == 2
+  assert record['key_streams_revision'] == key_streams.REVISION
   record['key_streams_revision'] = 1
   path.write_text(json.dumps(record))
   assert run.train(quick_config(rounds=3), workdir)['rounds'] == 3
@@ -142,6 +143,17 @@ def test_a_run_of_older_key_streams_resumes_only_where_its_draws_are_unchanged(
           'revision 1, and fjord draws differently since revision 2') in str(
               raised.value)
   assert '\n' not in str(raised.value)
+
+
+def test_a_vit_baseline_run_before_its_smaller_client_state_is_refused():
+  """Revision 3 dropped Co-S²P's client rows from the synchronous ViT
+  baselines: their revision-2 checkpoints are refused, Co-S²P's resume."""
+  assert key_streams.resume_refusal(2, 'vit_fedrolex', 'none') == (
+      'it was trained with key streams revision 2, and vit_fedrolex keeps a '
+      'smaller client state since revision 3 (core/key_streams.py)')
+  assert key_streams.resume_refusal(2, 'cos2p', 'none') is None
+  assert key_streams.resume_refusal(2, 'fedpm', 'none') is None
+  assert key_streams.resume_refusal(3, 'vit_fedrolex', 'none') is None
 
 
 def test_an_emptied_summary_json_is_named_then_rewritten(tmp_path, capsys):

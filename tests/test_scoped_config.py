@@ -143,3 +143,19 @@ def test_show_config_and_a_run_refuse_in_one_line(capsys, tmp_path):
     assert ("hierarchy.partition_sizes = 'optimized' is set, but fedavg does "
             'not read it') in err
   assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('algorithm,key,value', [
+    ('vit_fedrolex', 'mask_lr', 0.5), ('vit_fedavg', 'temperature', 2.0),
+    ('ram_fed', 'ste', 'probability'), ('vit_fedavg_qvit', 'lambda_budget', 2.0),
+    ('fedpm', 'final_mask', 'threshold'), ('prunefl', 'logit_init_std', 0.1)])
+def test_a_vit_method_refuses_a_cos2p_key_it_does_not_read(algorithm, key,
+                                                           value):
+  """The ViT methods share the `cos2p` section; a key that only Co-S²P (or
+  another ViT method) reads is refused in one line, never ignored."""
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(configured(algorithm, **{f'cos2p__{key}': value}))
+  assert str(raised.value) == (
+      f'cos2p.{key} = {value!r} is set, but {algorithm} does not read it (it '
+      "is Co-S²P's own or another ViT method's); leave it unset.")
+  config_lib.validate(configured('cos2p', **{f'cos2p__{key}': value}))

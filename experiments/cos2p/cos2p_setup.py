@@ -12,6 +12,7 @@ import numpy as np
 
 from fedjax_het import methods, run
 from fedjax_het.config import base_config
+from fedjax_het.methods.cos2p.vit_engine import Cos2pOptions
 from fedjax_het.systems import vit_cost
 
 import paper_settings
@@ -53,8 +54,12 @@ def table_row(config, label: str):
   row = config.copy_and_resolve_references()
   row.algorithm = TABLE_ROWS[label]
   # A baseline trains with its fixed options (e.g. μ = 1, λ2 = 0), whatever
-  # Co-S²P's row sets: its config says so.
-  row.cos2p.update(methods.algorithm_class(row.algorithm).fixed_options)
+  # Co-S²P's row sets, and without Co-S²P's keys it does not read (a method
+  # refuses those): its config says so.
+  method = methods.algorithm_class(row.algorithm)
+  row.cos2p.update({key: value for key, value in Cos2pOptions.defaults().items()
+                    if key not in method.reads_keys})
+  row.cos2p.update(method.fixed_options)
   if label == 'cos2p_async':
     row.cos2p.update(mu=1.0 / row.num_clients, t_clk=0.0)
   if row.algorithm == 'vit_fedavg_adavit':

@@ -65,14 +65,19 @@ import jax
 
 # The table's revision. A run records it beside its config (config.json and its
 # checkpoints, `run.run_record`); resuming a run of an earlier revision with a
-# method whose draws changed since is refused (`resume_refusal`), never
-# continued with other draws.
-REVISION = 2
-# revision -> (methods whose draws changed in it, augmentations that did).
+# method whose draws (or checkpointed state) changed since is refused
+# (`resume_refusal`), never continued with other draws.
+REVISION = 3
+# revision -> (methods that changed in it, augmentations that did, how).
 CHANGED = {
     2: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
          'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit', 'fsl_oc',
-         'fjord'), ('crop24_jitter',)),
+         'fjord'), ('crop24_jitter',), 'draws differently'),
+    # The ViT baselines on `VitOnClock` no longer keep Co-S²P's client rows
+    # (mask logits, masks, personal heads): their draws are unchanged, but an
+    # older checkpoint's state has rows the method no longer restores into.
+    3: (('vit_fedavg', 'vit_fedrolex', 'ram_fed', 'vit_fedavg_platon',
+         'vit_fedavg_qvit'), (), 'keeps a smaller client state'),
 }
 
 
@@ -81,11 +86,11 @@ def resume_refusal(stored_revision: int, algorithm: str,
   """Why a run recorded at `stored_revision` cannot resume bit-identically
   under this revision, or None when the method's draws are unchanged."""
   for revision in range(stored_revision + 1, REVISION + 1):
-    changed_methods, changed_augments = CHANGED[revision]
+    changed_methods, changed_augments, how = CHANGED[revision]
     if algorithm in changed_methods or augment in changed_augments:
       what = algorithm if algorithm in changed_methods else f'augment={augment}'
       return (f'it was trained with key streams revision {stored_revision}, '
-              f'and {what} draws differently since revision {revision} '
+              f'and {what} {how} since revision {revision} '
               '(core/key_streams.py)')
   return None
 

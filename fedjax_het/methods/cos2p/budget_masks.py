@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het.core import program
-from fedjax_het.methods.cos2p.vit_engine import VitOnClock
+from fedjax_het.methods.cos2p.vit_engine import ENGINE_KEYS, VitOnClock
 
 
 def straight_through(logits: jax.Array, key: jax.Array, ste: str) -> jax.Array:
@@ -37,6 +37,8 @@ def straight_through(logits: jax.Array, key: jax.Array, ste: str) -> jax.Array:
 class BudgetMasks(VitOnClock):
   """The ViT engine with Eq. 2's mask loss (module docstring); it changes
   none of the engine's behaviour."""
+
+  reads_keys = ENGINE_KEYS | {'learned_units', 'ste', 'lambda_budget'}
 
   def kept_fraction(self, units: dict, window: dict) -> jax.Array:
     """Σ M̂ / Σ size(M̂) over the trainable blocks' learned masks (Eq. 2):

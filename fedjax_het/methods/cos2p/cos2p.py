@@ -78,7 +78,7 @@ import numpy as np
 from fedjax_het import optim
 from fedjax_het.methods import self_distillation
 from fedjax_het.methods.cos2p.budget_masks import BudgetMasks
-from fedjax_het.methods.cos2p.vit_engine import kept_units, then
+from fedjax_het.methods.cos2p.vit_engine import Cos2pOptions, kept_units, then
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
@@ -104,6 +104,7 @@ class Cos2p(BudgetMasks):
   """Co-S²P on a ViT (module docstring)."""
 
   name = 'cos2p'
+  reads_keys = frozenset(Cos2pOptions.defaults())   # every key is its own
 
   # ---- the clock's charges -----------------------------------------------------
   @property

@@ -117,6 +117,7 @@ class FedPM(BudgetMasks):
   full_depth = True
   per_round_metrics = ('mask_density',)
   fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
+  reads_keys = BudgetMasks.reads_keys | {'logit_init_std'}   # s0's std
 
   def __init__(self, config, model, data):
     self.fedpm = FedPMOptions.from_config(config)

@@ -127,6 +127,16 @@ SYNCHRONOUS_BASELINE = {'weighting': 'holders', 'personal_heads': False,
                         'lambda_kd': 0.0, 'mu': 1.0, 't_clk': 0.0}
 
 
+# The `cos2p` keys the engine's own code reads; a method adds those its code
+# reads (`reads_keys`); any other key it neither reads nor fixes, set to a
+# value other than its default, is refused in one line (`fix_options`).
+ENGINE_KEYS = frozenset({
+    'budgets', 'device_types', 'width_depth_ratio', 'depth_offset',
+    'width_masks', 'optimizer', 'epochs', 'mu', 't_clk', 'tau_max',
+    'client_seconds', 'jitter', 'bandwidth_bps', 'device_speeds',
+    'speed_scale'})
+
+
 def kept_units(count: int, rate: jax.Array) -> jax.Array:
   """⌈rate·count⌉ (at least one) as int32."""
   return jnp.clip(jnp.ceil(rate * count - 1e-6), 1, count).astype(jnp.int32)
@@ -168,6 +178,8 @@ class VitOnClock(FederatedAlgorithm):
   # is refused, `fix_options`), and whether its clients train the full depth
   # at width R_w (no frozen or pruned blocks).
   fixed_options: dict = {}
+  # The `cos2p` keys the method reads (ENGINE_KEYS and its own).
+  reads_keys: frozenset = ENGINE_KEYS
   full_depth = False
   # Whether it trains AdaViT's decision networks (a ViT with decisions=True).
   reads_decisions = False
@@ -176,10 +188,19 @@ class VitOnClock(FederatedAlgorithm):
   def fix_options(cls, config):
     """`config` with the method's `fixed_options` written into its cos2p
     section (a copy); a fixed option that `config` sets to another value than
-    its default is refused, never overwritten."""
+    its default is refused, never overwritten, and so is a key the method
+    neither reads (`reads_keys`) nor fixes."""
+    defaults = Cos2pOptions.defaults()
+    for key, default in defaults.items():
+      value = config.cos2p[key]
+      if key in cls.fixed_options or key in cls.reads_keys or same_value(
+          value, default):
+        continue
+      raise ConfigError(
+          f'cos2p.{key} = {value!r} is set, but {cls.name} does not read it '
+          "(it is Co-S²P's own or another ViT method's); leave it unset.")
     if not cls.fixed_options:
       return config
-    defaults = Cos2pOptions.defaults()
     for key, fixed in cls.fixed_options.items():
       value = config.cos2p[key]
       if not (same_value(value, defaults[key]) or same_value(value, fixed)):
