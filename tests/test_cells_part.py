@@ -191,6 +191,18 @@ def test_cells_compose_with_lossy_links_and_unequal_work():
                               rtol=1e-5, atol=1e-6)
 
 
+def assert_cells_key_refused(config, key: str, value, says: str) -> None:
+  """`config` in 2 cells with `hierarchy.<key> = value` is refused in one
+  line naming the key and `config.algorithm`, saying `says`."""
+  config.hierarchy.update({'num_cells': 2, key: value})
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(config)
+  message = str(raised.value)
+  assert message.startswith(
+      f'hierarchy.{key} = {value!r} is set, but {config.algorithm}')
+  assert says in message and '\n' not in message
+
+
 @pytest.mark.parametrize('key,value,says', [
     ('partition_sizes', 'optimized', "latency model are HIST's (read by hist, hfedavg)"),
     ('edge_weights', 'examples', "latency model are HIST's"),
@@ -200,12 +212,7 @@ def test_cells_compose_with_lossy_links_and_unequal_work():
 def test_fedavg_refuses_the_keys_it_does_not_read_in_one_line(key, value,
                                                               says):
   config = tiny_config()
-  config.hierarchy.update({'num_cells': 2, key: value})
-  with pytest.raises(ConfigError) as raised:
-    config_lib.validate(config)
-  message = str(raised.value)
-  assert message.startswith(f'hierarchy.{key} = {value!r} is set, but fedavg')
-  assert says in message and '\n' not in message
+  assert_cells_key_refused(config, key, value, says)
   config.algorithm = 'hfedavg'
   config.clients_per_round = config.num_clients
   if key == 'aircomp_power':  # the channel's own keys: with AirComp only

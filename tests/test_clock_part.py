@@ -73,6 +73,16 @@ def test_round_inputs_are_the_hand_written_schedule():
   assert facts['virtual_time_s'] == 3.0 and facts['max_staleness'] == 3
 
 
+def assert_start_rows(state, expected) -> None:
+  """After the schedule's first 3 rounds, start-table row n is the model of
+  client n's dispatch round: rounds 3, 2 and 0 of `expected` (models per
+  round)."""
+  table = jax.device_get(state.extras['start'])
+  for n, k in enumerate((3, 2, 0)):
+    chex.assert_trees_all_close(jax.tree.map(lambda t, n=n: t[n], table),
+                                expected[k], rtol=1e-5, atol=1e-6)
+
+
 def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
   """[w_0, ..., w_Q]: the arrivals of each round applied by hand: client n
   trains from w_k with round k's key (and FedRolex's round-k window), and
@@ -147,10 +157,7 @@ def test_the_run_applies_the_arrivals_one_by_one(name, weighting, tmp_path):
                        config.clock.staleness_exponent)
   runner = RoundRunner(algorithm, 'map')
   state, _ = runner.run(state, data, 3)
-  table = jax.device_get(state.extras['start'])
-  for n, k in enumerate((3, 2, 0)):
-    chex.assert_trees_all_close(jax.tree.map(lambda t, n=n: t[n], table),
-                                expected[k], rtol=1e-5, atol=1e-6)
+  assert_start_rows(state, expected)
   if name == 'fedavg':
     state, _ = checkpoint_round_trip(str(tmp_path), 3, state, state)
   state, metrics = runner.run(state, data, 2)

@@ -14,6 +14,7 @@ from fedjax_het import config as config_lib
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 from engine_utils import tiny_config, tiny_data, tiny_method
+from test_cells_part import assert_cells_key_refused
 
 # The tiny federation (6 clients, cells {0, 1, 2} and {3, 4, 5}, K = 4
 # draws) under lossy links and unequal work: with q up to 0.7 some draws'
@@ -139,10 +140,4 @@ def test_methods_with_cell_less_rules_refuse_cells_in_one_line(name):
 ])
 def test_fedacs_refuses_the_keys_it_does_not_read_in_one_line(key, value,
                                                               says):
-  config = tiny_config(algorithm='fedacs')
-  config.hierarchy.update({'num_cells': 2, key: value})
-  with pytest.raises(ConfigError) as raised:
-    config_lib.validate(config)
-  message = str(raised.value)
-  assert message.startswith(f'hierarchy.{key} = {value!r} is set, but fedacs')
-  assert says in message and '\n' not in message
+  assert_cells_key_refused(tiny_config(algorithm='fedacs'), key, value, says)

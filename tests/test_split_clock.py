@@ -21,7 +21,7 @@ from fedjax_het import config as config_lib
 from fedjax_het.core import RoundRunner
 from fedjax_het.core.state import ClientPlan
 from fedjax_het.options import ConfigError
-from test_clock_part import ARRIVALS, ROUNDS, SECONDS
+from test_clock_part import ARRIVALS, ROUNDS, SECONDS, assert_start_rows
 from test_csefsl import build, split_config
 
 # Unequal work: client n runs WORK[n] steps (h = 2: 2, 1 and 1 uploads).
@@ -166,10 +166,7 @@ def test_the_run_applies_the_arrivals_one_by_one(algorithm, weighting,
   expected = by_hand(method, state, data, weighting, exponent)
   runner = RoundRunner(method, 'vmap')
   state, first = runner.run(state, data, 3)
-  table = jax.device_get(state.extras['start'])
-  for n, k in enumerate((3, 2, 0)):
-    chex.assert_trees_all_close(jax.tree.map(lambda t, n=n: t[n], table),
-                                expected[k], rtol=1e-5, atol=1e-6)
+  assert_start_rows(state, expected)
   state, last = runner.run(state, data, 2)
   chex.assert_trees_all_close(jax.device_get(state.params), expected[ROUNDS],
                               rtol=1e-5, atol=1e-6)
