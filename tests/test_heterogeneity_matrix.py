@@ -10,17 +10,26 @@ runs what validation accepts, so "accepted and silently ignored" fails here.
 The cells are derived from `ALGORITHMS`, `PARTS` and `config.validate` at
 collection time, never listed by hand: a newly accepted cell is exercised.
 
-Each cell runs its method in-process for `ROUNDS` rounds on a tiny
-federation of digits (`tiny_config`: an MLP, a split LeNet-5 for the split
-methods, a 2-block ViT for the Co-S²P family) three ways: without the part
-(shared by all cells of a method), with it ON (`ON`: the kind's key from
-`PARTS`, with companion values that make the effect certain) and at its
-neutral setting (`NEUTRAL`, where one is expressible other than by the
-defaults). The final parameters are compared directly.
+Each cell runs its method for `ROUNDS` rounds on a tiny federation of
+digits (`tiny_config`: an MLP, a split LeNet-5 for the split methods, a
+2-block ViT for the Co-S²P family) three ways: without the part (shared by
+all cells of a method), with it ON (`ON`: the kind's key from `PARTS`, with
+companion values that make the effect certain) and at its neutral setting
+(`NEUTRAL`, where one is expressible other than by the defaults; the neutral
+settings of a method's kinds share one run). The final parameters are
+compared directly: ON must move some parameter by more than float rounding
+(`EFFECT`), the neutral run must equal the run without the part bit for bit.
 
-`python tests/test_heterogeneity_matrix.py` prints the whole matrix
-(method × kind → effective / refused / SILENT) as a markdown table from the
-same functions.
+The runs are one child process per session (`matrix`, `script_utils.
+CHILDREN`), in-process there (`run.build_experiment` and the run's
+`RoundRunner`, no workdir), compiled with XLA:CPU's fusion emitters: bit for
+bit across two programs holds at a user's flags, not always at the suite's
+elemental emitters (HeteroFL's neutral q, T and clock move 1 ulp there).
+
+`python tests/test_heterogeneity_matrix.py --markdown` prints the whole
+matrix (method × kind → effective / refused / SILENT, a neutral setting
+that is not neutral, the CPU seconds per method) as a markdown table from
+the same functions.
 """
 import collections
 import functools
@@ -128,7 +137,8 @@ def tiny_config(algorithm: str):
   them every round, 2 local steps of 8 examples, 2 rounds; an 8-unit MLP
   (capacities 1/2 and 1 for the submodel methods, 3 layers with exits for
   ScaleFL), the split LeNet-5 for split learning, a 2-block ViT for the
-  Co-S²P family."""
+  Co-S²P family (with AdaViT's decision networks where the method reads
+  them)."""
   method = ALGORITHMS[algorithm]
   sections = {group.key for group in method.option_groups}
   config = config_lib.base_config()
@@ -139,6 +149,8 @@ def tiny_config(algorithm: str):
   if 'cos2p' in sections:
     config.model = 'vit'
     config.model_options = dict(TINY_VIT)
+    if getattr(method, 'reads_decisions', False):  # AdaViT's gates
+      config.model_options['decisions'] = True
   elif 'split' in sections:
     config.model = 'split_lenet5'
     config.model_options = {}
