@@ -20,11 +20,13 @@ settings of a method's kinds share one run). The final parameters are
 compared directly: ON must move some parameter by more than float rounding
 (`EFFECT`), the neutral run must equal the run without the part bit for bit.
 
-The runs are one child process per session (`matrix`, `script_utils.
-CHILDREN`), in-process there (`run.build_experiment` and the run's
-`RoundRunner`, no workdir), compiled with XLA:CPU's fusion emitters: bit for
-bit across two programs holds at a user's flags, not always at the suite's
-elemental emitters (HeteroFL's neutral q, T and clock move 1 ulp there).
+The runs are in-process (`run.build_experiment` and the run's `RoundRunner`,
+no workdir): the ON runs and the runs without a part in the test process,
+the neutral runs and their runs without a part in one child process per
+session (`neutral`, `script_utils.CHILDREN`), compiled with XLA:CPU's
+fusion emitters: bit for bit across two programs holds at a user's flags,
+not always at the suite's elemental emitters (HeteroFL's neutral q, T and
+clock move 1 ulp there).
 
 `python tests/test_heterogeneity_matrix.py --markdown` prints the whole
 matrix (method × kind → effective / refused / SILENT, a neutral setting
@@ -247,66 +249,77 @@ def bit_equal(a, b) -> bool:
 EFFECT = 1e-5
 
 
-def cell_report(algorithm: str, kind: str) -> dict:
-  """An accepted cell: 'verdict' 'effective' (the part moves some parameter
-  by more than EFFECT), 'SILENT' or 'refused' (a one-line ConfigError when
-  the method is built, in 'detail'); 'change', the largest relative change
-  of the parameters; 'neutral': None where the neutral setting is the
-  defaults, else the kinds of its run, whether it equals the run without
-  the part bit for bit, and the largest relative difference."""
+def on_report(algorithm: str, kind: str) -> dict:
+  """An accepted cell ON: 'verdict' 'effective' (the part moves some
+  parameter by more than EFFECT, by 'change', the largest relative change),
+  'SILENT', or 'refused' (a ConfigError when the method is built, its
+  message in 'detail')."""
   try:
     on = run_with(algorithm, (kind,))
   except Refused as e:
     return {'verdict': 'refused', 'detail': str(e)}
-  without = run_with(algorithm)
-  change = max_change(on, without)
-  report = {'verdict': 'effective' if change > EFFECT else 'SILENT',
-            'change': change, 'neutral': None}
-  if NEUTRAL[kind] is not None:
-    kinds = neutral_kinds(algorithm, kind)
+  change = max_change(on, run_with(algorithm))
+  return {'verdict': 'effective' if change > EFFECT else 'SILENT',
+          'change': change}
+
+
+def neutral_report(algorithm: str, kind: str) -> dict:
+  """An accepted cell at its neutral setting (NEUTRAL[kind] not None): the
+  kinds of its run, whether it equals the run without the part bit for
+  bit, the largest relative difference; or the one-line refusal."""
+  kinds = neutral_kinds(algorithm, kind)
+  try:
     neutral = run_with(algorithm, kinds, 'neutral')
-    report['neutral'] = {'kinds': list(kinds),
-                         'bit_equal': bit_equal(neutral, without),
-                         'difference': max_change(neutral, without)}
-  return report
+  except Refused as e:
+    return {'kinds': list(kinds), 'refused': str(e)}
+  without = run_with(algorithm)
+  return {'kinds': list(kinds), 'bit_equal': bit_equal(neutral, without),
+          'difference': max_change(neutral, without)}
 
 
-def matrix_report() -> dict:
-  """{'method|kind': cell_report} of every accepted cell."""
-  report = {f'{algorithm}|{kind}': cell_report(algorithm, kind)
-            for algorithm, kind in accepted_cells()}
+def neutral_matrix() -> dict:
+  """{'method|kind': neutral_report} of every accepted cell with a neutral
+  setting other than the defaults, and 'cpu_seconds' per method."""
+  report = {f'{algorithm}|{kind}': neutral_report(algorithm, kind)
+            for algorithm, kind in accepted_cells()
+            if NEUTRAL[kind] is not None}
   report['cpu_seconds'] = dict(CPU_SECONDS)
   return report
 
 
 @pytest.fixture(scope='session')
-def matrix(tmp_path_factory, worker_id):
-  """`matrix_report()` compiled with XLA:CPU's fusion emitters (a user's
+def neutral(tmp_path_factory, worker_id):
+  """`neutral_matrix()` compiled with XLA:CPU's fusion emitters (a user's
   default; LLVM level 0 as the suite): a child process (`python
   test_heterogeneity_matrix.py`), once per session. The neutral settings
   are compared bit for bit across two programs, and under the suite's
   elemental emitters (`script_utils.test_xla_flags`) two programs may fuse
-  differently: HeteroFL's neutral q, T and clock runs then move 1 ulp."""
+  differently: HeteroFL's neutral q, T and clock runs then move 1 ulp. The
+  ON runs are compared with a margin (EFFECT) and run in the test process."""
   return child_report(tmp_path_factory, worker_id, 'heterogeneity_matrix')
 
 
 @pytest.mark.parametrize('algorithm,kind', accepted_cells())
 def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
-    matrix, algorithm, kind):
-  cell = matrix[f'{algorithm}|{kind}']
+    neutral, algorithm, kind):
+  cell = on_report(algorithm, kind)
   if cell['verdict'] == 'refused':  # one line when the method is built
     assert cell['detail'] and '\n' not in cell['detail'], cell['detail']
     return
   assert cell['verdict'] == 'effective', (
       f'{algorithm} accepts {ON[kind]} and trains the same model: the part '
       f'is ignored (largest relative change {cell["change"]:.2g})')
-  if cell['neutral'] is None:
+  if NEUTRAL[kind] is None:
     return   # the neutral setting is the defaults: the run without the part
-  assert cell['neutral']['bit_equal'], (
-      f'{algorithm} at the neutral settings of {cell["neutral"]["kinds"]} '
-      f'({[NEUTRAL[k] for k in cell["neutral"]["kinds"]]}) is not the run '
+  cell = neutral[f'{algorithm}|{kind}']
+  settings = [NEUTRAL[k] for k in cell['kinds']]
+  assert 'refused' not in cell, (
+      f'{algorithm} runs under {ON[kind]} but refuses the neutral settings '
+      f'{settings}: {cell.get("refused")}')
+  assert cell['bit_equal'], (
+      f'{algorithm} at the neutral settings {settings} is not the run '
       f'without them bit for bit: largest relative difference '
-      f'{cell["neutral"]["difference"]:.2g}')
+      f'{cell["difference"]:.2g}')
 
 
 def test_every_kind_is_accepted_by_some_method():
@@ -314,30 +327,34 @@ def test_every_kind_is_accepted_by_some_method():
   assert {kind for _, kind in accepted_cells()} == set(PARTS)
 
 
-def markdown_matrix(report: dict) -> str:
-  """`report` (`matrix_report`) as a markdown table of every method × kind:
-  'effective (largest change)', 'refused' (at validation, or 'refused when
+def markdown_matrix() -> str:
+  """The matrix as a markdown table of every method × kind: 'effective
+  (largest relative change)', 'refused' (at validation, or 'refused when
   built'), '**SILENT**'; a neutral setting that is not bit for bit the run
-  without the part is marked 'neutral ≠'. The counts follow."""
+  without the part is marked 'neutral ≠'. The counts and the CPU seconds
+  per method follow. Compiled at this process's flags (a user's by
+  default)."""
+  neutral = neutral_matrix()
   counts = {'effective': 0, 'refused': 0, 'SILENT': 0, 'neutral ≠': 0}
   lines = ['| method | ' + ' | '.join(PARTS) + ' |',
            '|---' * (len(PARTS) + 1) + '|']
   for algorithm in sorted(ALGORITHMS):
     row = []
     for kind in PARTS:
-      cell = report.get(f'{algorithm}|{kind}')
-      if cell is None:
+      if not accepted(algorithm, kind):
         counts['refused'] += 1
         row.append('refused')
         continue
+      cell = on_report(algorithm, kind)
       counts[cell['verdict']] += 1
       text = {'effective': 'effective ({change:.1g})',
               'refused': 'refused when built',
               'SILENT': '**SILENT** ({change:.1g})'}[cell['verdict']]
       text = text.format(**cell)
-      if cell.get('neutral') and not cell['neutral']['bit_equal']:
+      cell = neutral.get(f'{algorithm}|{kind}')
+      if cell and not cell.get('bit_equal'):
         counts['neutral ≠'] += 1
-        text += ', **neutral ≠** ({:.1g})'.format(cell['neutral']['difference'])
+        text += f', **neutral ≠** ({cell.get("difference", "refused")})'
       row.append(text)
     lines.append(f'| {algorithm} | ' + ' | '.join(row) + ' |')
   lines.append('')
@@ -345,15 +362,15 @@ def markdown_matrix(report: dict) -> str:
   lines.append('')
   lines.append('CPU seconds of the runs: ' + ', '.join(
       f'{name} {seconds:.1f}' for name, seconds in sorted(
-          report['cpu_seconds'].items(), key=lambda item: -item[1])) +
-               f'; total {sum(report["cpu_seconds"].values()):.1f}')
+          CPU_SECONDS.items(), key=lambda item: -item[1])) +
+               f'; total {sum(CPU_SECONDS.values()):.1f}')
   return '\n'.join(lines)
 
 
 if __name__ == '__main__':
-  # As the child of `matrix` (`script_utils.CHILDREN`): the report as JSON
-  # on the last line. With --markdown, the table of it.
+  # As the child of `neutral` (`script_utils.CHILDREN`): its report as JSON
+  # on the last line. With --markdown, the whole matrix as a table.
   if sys.argv[1:] == ['--markdown']:
-    print(markdown_matrix(matrix_report()))
+    print(markdown_matrix())
   else:
-    print(json.dumps(matrix_report()))
+    print(json.dumps(neutral_matrix()))
