@@ -120,6 +120,9 @@ CHILDREN = {
                                without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 cpu_devices=4),
+    'heterogeneity_matrix': Child(
+        'test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
+        without_flags=('xla_cpu_use_fusion_emitters',)),
 }
 
 

@@ -26,10 +26,13 @@ def uniform_among(key: jax.Array, eligible: jax.Array,
   if cohort_size > eligible.shape[0]:
     raise ValueError(f'cannot sample {cohort_size} distinct clients out of '
                      f'{eligible.shape[0]}.')
-  # A uniform random order of the clients with the eligible ones first.
-  scores = jax.random.uniform(key, eligible.shape) + jnp.where(eligible, 0.0,
-                                                               2.0)
-  return jnp.argsort(scores)[:cohort_size].astype(jnp.int32)
+  # A uniform random order of the clients (`uniform_without_replacement`'s:
+  # with every client eligible, the same cohort in the same slots, so that
+  # availability at P(online) = 1 is the run without it bit for bit), then
+  # the eligible ones first, each group in that order (a stable sort).
+  order = jax.random.permutation(key, eligible.shape[0])
+  order = order[jnp.argsort(jnp.where(eligible[order], 0, 1), stable=True)]
+  return order[:cohort_size].astype(jnp.int32)
 
 
 def with_replacement(key: jax.Array, probs: jax.Array,

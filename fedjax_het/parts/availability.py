@@ -25,6 +25,10 @@ Models (`systems.availability`):
 Sampling among the online clients is the sampler's (`methods.base`): K of
 them uniformly, or with replacement in proportion to their data; when fewer
 than K are online, the cohort's other slots stay idle (no steps, no upload).
+The uniform draw among the online clients (`core.sampling.uniform_among`)
+takes them in the order of the permutation the draw without the part takes,
+so with every client online (`bernoulli` at p = 1) a round is the round
+without the part, bit for bit.
 """
 import dataclasses
 import os

@@ -1,0 +1,376 @@
+"""Every registered method × every kind of heterogeneity, run: a cell that
+config validation accepts is effective (the part changes the trained model;
+its neutral setting leaves it bit for bit as without it), or refused in one
+line when the method is built. Zero silent cells, zero crashes.
+
+`test_scoped_config.test_every_method_reads_a_part_or_refuses_it_in_one_line`
+checks the same matrix at validation only (a method whose `option_groups`
+hold the section accepts it, the others refuse it in one line); this file
+runs what validation accepts, so "accepted and silently ignored" fails here.
+The cells are derived from `ALGORITHMS`, `PARTS` and `config.validate` at
+collection time, never listed by hand: a newly accepted cell is exercised.
+
+Each cell runs its method for `ROUNDS` rounds on a tiny federation of
+digits (`tiny_config`: an MLP, a split LeNet-5 for the split methods, a
+2-block ViT for the Co-S²P family) three ways: without the part (shared by
+all cells of a method), with it ON (`ON`: the kind's key from `PARTS`, with
+companion values that make the effect certain) and at its neutral setting
+(`NEUTRAL`, where one is expressible other than by the defaults; the neutral
+settings of a method's kinds share one run). The final parameters are
+compared directly: ON must move some parameter by more than float rounding
+(`EFFECT`), the neutral run must equal the run without the part bit for bit.
+
+The runs are in-process (`run.build_experiment` and the run's `RoundRunner`,
+no workdir): the ON runs and the runs without a part in the test process,
+the neutral runs and their runs without a part in one child process per
+session (`neutral`, `script_utils.CHILDREN`), compiled with XLA:CPU's
+fusion emitters: bit for bit across two programs holds at a user's flags,
+not always at the suite's elemental emitters (HeteroFL's neutral q, T and
+clock move 1 ulp there).
+
+`python tests/test_heterogeneity_matrix.py --markdown` prints the whole
+matrix (method × kind → effective / refused / SILENT, a neutral setting
+that is not neutral, the CPU seconds per method) as a markdown table from
+the same functions.
+"""
+import collections
+import functools
+import json
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_het import config as config_lib
+from fedjax_het import run
+from fedjax_het.methods import ALGORITHMS
+from fedjax_het.options import ConfigError
+from engine_utils import TINY_VIT
+from script_utils import child_report
+from test_scoped_config import PARTS, configured
+
+NUM_CLIENTS = 6   # K = N: the clock parts dispatch every client (Alg. 1)
+LOCAL_STEPS = 2
+ROUNDS = 2
+
+# Companions of the AirComp channel: a low SNR, so that the channel noise
+# certainly moves float32 parameters (at the default 30/40 dB it is ~1e-4 of
+# an update), and a short beamformer solve (compile time).
+_AIRCOMP = {'hierarchy.snr_db_slow': -10.0, 'hierarchy.snr_db_fast': 0.0,
+            'hierarchy.beamformer_sca_steps': 2,
+            'hierarchy.beamformer_inner_steps': 5}
+
+# The part ON, per kind: the key and value of `PARTS`, plus what makes the
+# effect certain in a 2-round run of 6 clients (draws are seeded, so a
+# passing cell always passes; the values keep it far from luck).
+ON = {
+    # PARTS's 'bernoulli' keeps available_p at its default 1.0: every client
+    # online, which is the neutral setting. P(online) = 0.3 leaves some of
+    # the 6 clients offline in a round with probability 1 − 0.3⁶ ≈ 1.
+    'availability': {'systems.availability': 'bernoulli',
+                     'systems.available_p': (0.3,)},
+    # q = 0.5: P(no upload lost in 2 rounds of 6) = 0.5¹² ≈ 2e-4.
+    'lossy links': {'systems.q': (0.5,)},
+    # Half the clients take 1 step instead of LOCAL_STEPS (one value per
+    # client; PARTS's (1, 2) is for two clients).
+    'unequal work': {'systems.local_work': (1,) * (NUM_CLIENTS // 2) + (
+        LOCAL_STEPS,) * (NUM_CLIENTS - NUM_CLIENTS // 2)},
+    'virtual clock': {'clock.mu': 0.25},       # ⌈μN⌉ = 2 of 6 per round
+    "Co-S²P's clock": {'cos2p.mu': 0.25},
+    # Two edge rounds besides the cells: with one edge round, equal cells
+    # and FedAvg's weights the cloud mean is the flat mean to rounding
+    # (test_cells_part.test_two_cells_one_edge_round_is_flat_fedavg), so
+    # three cells alone need not change FedAvg's model.
+    'cells': {'hierarchy.num_cells': 3, 'hierarchy.edge_rounds': 2},
+    'AirComp channel': {'hierarchy.edge_channel': 'aircomp', **_AIRCOMP},
+}
+
+# The neutral setting of each kind, set to values other than the defaults
+# (so that the part is on); None where the neutral setting is only
+# expressible as the defaults, which are the run without the part: there
+# the comparison could not fail and is not made.
+NEUTRAL = {
+    'availability': {'systems.availability': 'bernoulli',
+                     'systems.available_p': (1.0,)},
+    'lossy links': {'systems.q': (0.0,) * NUM_CLIENTS},
+    'unequal work': {'systems.local_work': (LOCAL_STEPS,) * NUM_CLIENTS},
+    # μ = 1, T_clk = 0, no staleness weight: every round is FedAvg's with
+    # K = N (parts/clock.py); the jitter only moves the virtual times.
+    'virtual clock': {'clock.mu': 1.0, 'clock.t_clk': 0.0,
+                      'clock.jitter': 0.5},
+    # Co-S²P always runs on its clock; μ = 1 and T_clk = 0 (the defaults)
+    # make it synchronous, where the jitter of the times changes nothing.
+    "Co-S²P's clock": {'cos2p.mu': 1.0, 'cos2p.t_clk': 0.0,
+                       'cos2p.jitter': 0.5},
+    # One cell, one edge round and OMA are the defaults, and any other
+    # hierarchy key set while the part is off is refused in one line
+    # (parts.cells.refuse_unread_keys): test_cells_part checks the explicit
+    # defaults.
+    'cells': None,
+    # OMA is the default; noiseless AirComp equals OMA to rounding only
+    # (test_cells_part.test_noiseless_aircomp_equals_oma_and_...).
+    'AirComp channel': None,
+}
+assert set(ON) == set(NEUTRAL) == set(PARTS)
+for _kind, (_section, _name, _) in PARTS.items():
+  assert f'{_section}.{_name}' in ON[_kind], _kind
+
+
+def accepted(algorithm: str, kind: str) -> bool:
+  """Whether config validation accepts `kind` (its `PARTS` value) for
+  `algorithm`; a refusal is test_scoped_config's to check."""
+  section, name, value = PARTS[kind]
+  try:
+    config_lib.validate(configured(algorithm, **{f'{section}__{name}': value}))
+  except ConfigError:
+    return False
+  return True
+
+
+def accepted_cells() -> list[tuple[str, str]]:
+  return [(algorithm, kind) for algorithm in sorted(ALGORITHMS)
+          for kind in PARTS if accepted(algorithm, kind)]
+
+
+def tiny_config(algorithm: str):
+  """The quickest config of `algorithm`'s family: digits, 6 clients, all of
+  them every round, 2 local steps of 8 examples, 2 rounds; an 8-unit MLP
+  (capacities 1/2 and 1 for the submodel methods, 3 layers with exits for
+  ScaleFL), the split LeNet-5 for split learning, a 2-block ViT for the
+  Co-S²P family (with AdaViT's decision networks where the method reads
+  them)."""
+  method = ALGORITHMS[algorithm]
+  sections = {group.key for group in method.option_groups}
+  config = config_lib.base_config()
+  config.update(dict(algorithm=algorithm, dataset='digits', partition='iid',
+                     num_clients=NUM_CLIENTS, clients_per_round=NUM_CLIENTS,
+                     local_steps=LOCAL_STEPS, batch_size=8, client_lr=0.1,
+                     rounds=ROUNDS, progress=False))
+  if 'cos2p' in sections:
+    config.model = 'vit'
+    config.model_options = dict(TINY_VIT)
+    if getattr(method, 'reads_decisions', False):  # AdaViT's gates
+      config.model_options['decisions'] = True
+  elif 'split' in sections:
+    config.model = 'split_lenet5'
+    config.model_options = {}
+  elif getattr(method, 'reads_exits', False):
+    config.model_options = {'hidden': (8, 8, 8), 'exits': True}
+  else:
+    config.model_options = {'hidden': (8,)}
+  if method.supports_capacities:
+    config.capacities = (0.5, 1.0)
+  return config
+
+
+def with_values(config, values: dict):
+  config = config.copy_and_resolve_references()
+  for key, value in values.items():
+    section, name = key.split('.')
+    config[section][name] = value
+  return config
+
+
+class Refused(Exception):
+  """A one-line ConfigError raised while the run was validated or built."""
+
+
+def final_params(config):
+  """The parameters after `config.rounds` rounds, run in-process as
+  `run.train` runs them (no evaluation, no workdir). A ConfigError (or the
+  ValueError `run.train` turns into one) while validating or building is
+  `Refused`; anything else propagates."""
+  try:
+    config = config_lib.resolve(config)
+    split, _, params, algorithm = run.build_experiment(config)
+    state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+    runner = run.make_runner(config, algorithm)
+  except (ConfigError, ValueError) as e:
+    raise Refused(str(e)) from e
+  state, _ = runner.run(state, split.train.to_device(), config.rounds)
+  params = jax.device_get(state.params)
+  for leaf in jax.tree.leaves(params):
+    assert np.all(np.isfinite(leaf)), f'{config.algorithm}: not finite'
+  return params
+
+
+def neutral_kinds(algorithm: str, kind: str) -> tuple[str, ...]:
+  """The kinds whose NEUTRAL settings share `kind`'s neutral run: every
+  accepted kind of `algorithm` with a neutral setting, set together (each
+  part on at its neutral values: equal parameters show each of them
+  neutral, and cost one compile instead of one per kind), except those in
+  NEUTRAL_ALONE, run each on its own."""
+  if kind in NEUTRAL_ALONE:
+    return (kind,)
+  return tuple(k for k in PARTS if NEUTRAL[k] is not None and
+               k not in NEUTRAL_ALONE and accepted(algorithm, k))
+
+
+# Availability runs its neutral setting alone: the virtual clock refuses it
+# (it dispatches every idle client), so it cannot share the clock's run.
+NEUTRAL_ALONE = ('availability',)
+
+
+@functools.lru_cache(maxsize=None)
+def run_with(algorithm: str, kinds: tuple[str, ...] = (),
+             setting: str = 'on'):
+  """Final params of `algorithm` with the `ON` (or `NEUTRAL`) values of
+  `kinds` set, () without any part; cached, so the run without a part is
+  shared by a method's cells and a neutral run by its kinds."""
+  config = tiny_config(algorithm)
+  for kind in kinds:
+    config = with_values(config, (ON if setting == 'on' else NEUTRAL)[kind])
+  started = time.process_time()
+  try:
+    return final_params(config)
+  finally:
+    CPU_SECONDS[algorithm] += time.process_time() - started
+
+
+# CPU seconds of each method's runs (build, compile, rounds), for the report.
+CPU_SECONDS = collections.Counter()
+
+
+def max_change(a, b) -> float:
+  """The largest |a − b| over all leaves, relative to max(1, |b|)."""
+  return max(float(np.max(np.abs(x - y) / np.maximum(1.0, np.abs(y))))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def bit_equal(a, b) -> bool:
+  return all(np.array_equal(x, y)
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+# A part is effective when it moves some parameter by more than float32
+# rounding could (a reordered sum moves the last bits only).
+EFFECT = 1e-5
+
+
+def on_report(algorithm: str, kind: str) -> dict:
+  """An accepted cell ON: 'verdict' 'effective' (the part moves some
+  parameter by more than EFFECT, by 'change', the largest relative change),
+  'SILENT', or 'refused' (a ConfigError when the method is built, its
+  message in 'detail')."""
+  try:
+    on = run_with(algorithm, (kind,))
+  except Refused as e:
+    return {'verdict': 'refused', 'detail': str(e)}
+  change = max_change(on, run_with(algorithm))
+  return {'verdict': 'effective' if change > EFFECT else 'SILENT',
+          'change': change}
+
+
+def neutral_report(algorithm: str, kind: str) -> dict:
+  """An accepted cell at its neutral setting (NEUTRAL[kind] not None): the
+  kinds of its run, whether it equals the run without the part bit for
+  bit, the largest relative difference; or the one-line refusal."""
+  kinds = neutral_kinds(algorithm, kind)
+  try:
+    neutral = run_with(algorithm, kinds, 'neutral')
+  except Refused as e:
+    return {'kinds': list(kinds), 'refused': str(e)}
+  without = run_with(algorithm)
+  return {'kinds': list(kinds), 'bit_equal': bit_equal(neutral, without),
+          'difference': max_change(neutral, without)}
+
+
+def neutral_matrix() -> dict:
+  """{'method|kind': neutral_report} of every accepted cell with a neutral
+  setting other than the defaults, and 'cpu_seconds' per method."""
+  report = {f'{algorithm}|{kind}': neutral_report(algorithm, kind)
+            for algorithm, kind in accepted_cells()
+            if NEUTRAL[kind] is not None}
+  report['cpu_seconds'] = dict(CPU_SECONDS)
+  return report
+
+
+@pytest.fixture(scope='session')
+def neutral(tmp_path_factory, worker_id):
+  """`neutral_matrix()` compiled with XLA:CPU's fusion emitters (a user's
+  default; LLVM level 0 as the suite): a child process (`python
+  test_heterogeneity_matrix.py`), once per session. The neutral settings
+  are compared bit for bit across two programs, and under the suite's
+  elemental emitters (`script_utils.test_xla_flags`) two programs may fuse
+  differently: HeteroFL's neutral q, T and clock runs then move 1 ulp. The
+  ON runs are compared with a margin (EFFECT) and run in the test process."""
+  return child_report(tmp_path_factory, worker_id, 'heterogeneity_matrix')
+
+
+@pytest.mark.parametrize('algorithm,kind', accepted_cells())
+def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
+    neutral, algorithm, kind):
+  cell = on_report(algorithm, kind)
+  if cell['verdict'] == 'refused':  # one line when the method is built
+    assert cell['detail'] and '\n' not in cell['detail'], cell['detail']
+    return
+  assert cell['verdict'] == 'effective', (
+      f'{algorithm} accepts {ON[kind]} and trains the same model: the part '
+      f'is ignored (largest relative change {cell["change"]:.2g})')
+  if NEUTRAL[kind] is None:
+    return   # the neutral setting is the defaults: the run without the part
+  cell = neutral[f'{algorithm}|{kind}']
+  settings = [NEUTRAL[k] for k in cell['kinds']]
+  assert 'refused' not in cell, (
+      f'{algorithm} runs under {ON[kind]} but refuses the neutral settings '
+      f'{settings}: {cell.get("refused")}')
+  assert cell['bit_equal'], (
+      f'{algorithm} at the neutral settings {settings} is not the run '
+      f'without them bit for bit: largest relative difference '
+      f'{cell["difference"]:.2g}')
+
+
+def test_every_kind_is_accepted_by_some_method():
+  """The matrix runs something in every column."""
+  assert {kind for _, kind in accepted_cells()} == set(PARTS)
+
+
+def markdown_matrix() -> str:
+  """The matrix as a markdown table of every method × kind: 'effective
+  (largest relative change)', 'refused' (at validation, or 'refused when
+  built'), '**SILENT**'; a neutral setting that is not bit for bit the run
+  without the part is marked 'neutral ≠'. The counts and the CPU seconds
+  per method follow. Compiled at this process's flags (a user's by
+  default)."""
+  neutral = neutral_matrix()
+  counts = {'effective': 0, 'refused': 0, 'SILENT': 0, 'neutral ≠': 0}
+  lines = ['| method | ' + ' | '.join(PARTS) + ' |',
+           '|---' * (len(PARTS) + 1) + '|']
+  for algorithm in sorted(ALGORITHMS):
+    row = []
+    for kind in PARTS:
+      if not accepted(algorithm, kind):
+        counts['refused'] += 1
+        row.append('refused')
+        continue
+      cell = on_report(algorithm, kind)
+      counts[cell['verdict']] += 1
+      text = {'effective': 'effective ({change:.1g})',
+              'refused': 'refused when built',
+              'SILENT': '**SILENT** ({change:.1g})'}[cell['verdict']]
+      text = text.format(**cell)
+      cell = neutral.get(f'{algorithm}|{kind}')
+      if cell and not cell.get('bit_equal'):
+        counts['neutral ≠'] += 1
+        text += f', **neutral ≠** ({cell.get("difference", "refused")})'
+      row.append(text)
+    lines.append(f'| {algorithm} | ' + ' | '.join(row) + ' |')
+  lines.append('')
+  lines.append(', '.join(f'{n} {verdict}' for verdict, n in counts.items()))
+  lines.append('')
+  lines.append('CPU seconds of the runs: ' + ', '.join(
+      f'{name} {seconds:.1f}' for name, seconds in sorted(
+          CPU_SECONDS.items(), key=lambda item: -item[1])) +
+               f'; total {sum(CPU_SECONDS.values()):.1f}')
+  return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+  # As the child of `neutral` (`script_utils.CHILDREN`): its report as JSON
+  # on the last line. With --markdown, the whole matrix as a table.
+  if sys.argv[1:] == ['--markdown']:
+    print(markdown_matrix())
+  else:
+    print(json.dumps(neutral_matrix()))
