@@ -67,7 +67,11 @@ active where an update arrives; the clock's inputs of the slots ride in
 `plan.extras['clock']`. With μ = 1, T_clk = 0 and no staleness weight every
 round is FedAvg's with K = N, the same program bit for bit. The round
 metrics add the virtual seconds, busy seconds, arrivals and staleness,
-`summary_facts` the virtual time and RU.
+`summary_facts` the virtual time and RU. The ViT methods
+(`methods/cos2p`) list `ClockOptions` too and read the same keys, but are
+always on the clock and build their schedule themselves with the analytic
+ViT cost model: `VitOnClock` overrides `_clock_part` to return None, so
+this generic part is not built for them.
 
 The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
 that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
@@ -293,7 +297,8 @@ class FederatedAlgorithm:
   def _clock_part(self, config: ml_collections.ConfigDict
                   ) -> clock_part.VirtualClock | None:
     """The virtual clock the method runs under, or None: the method does not
-    read `config.clock`, or the section is at its defaults."""
+    read `config.clock`, or the section is at its defaults (a method that
+    builds its own schedule, the ViT engine, overrides this hook)."""
     if clock_part.ClockOptions not in self.option_groups or changed_key(
         config.clock, clock_part.ClockOptions.defaults()) is None:
       return None
