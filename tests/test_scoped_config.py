@@ -122,6 +122,23 @@ def test_the_vit_methods_read_the_shared_clock_section():
   assert 'mu' not in config_lib.base_config().cos2p
 
 
+def test_equal_client_times_are_judged_by_the_methods_cost_model():
+  """μ < 1 with no jitter is refused where every client round is equally
+  long: one clock.client_seconds for any method, or none for FedAvg (its
+  default is local_steps seconds each); the ViT methods' default is the
+  analytic model, whose times differ with the clients' budgets."""
+  message = 'clock.mu = 0.5 with equal client times'
+  for algorithm in ('fedavg', 'cos2p'):
+    with pytest.raises(ConfigError, match=message):
+      config_lib.validate(configured(algorithm, clock__mu=0.5, clock__jitter=0.0,
+                                     clock__client_seconds=(2.0,)))
+  with pytest.raises(ConfigError, match=message):
+    config_lib.validate(configured('fedavg', clock__mu=0.5, clock__jitter=0.0))
+  config = configured('cos2p', clock__mu=0.5, clock__jitter=0.0)
+  config.cos2p.budgets = (0.25, 1.0)
+  config_lib.validate(config)
+
+
 @pytest.mark.parametrize('key,value', [('staleness_weight', 'polynomial'),
                                        ('staleness_weight', 'cos2p'),
                                        ('staleness_exponent', 1.0)])

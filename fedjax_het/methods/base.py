@@ -204,8 +204,12 @@ class FederatedAlgorithm:
     """`config` with the options the method fixes written in, i.e. what it
     trains with; raises ConfigError where `config` sets one of them to
     another value. Default: the method fixes none (`config` itself); a
-    method whose sampler is its own refuses client availability."""
+    method whose sampler is its own refuses client availability, and a
+    method on the generic clock part equal client times at μ < 1."""
     cls._check_availability(config)
+    if clock_part.ClockOptions in cls.option_groups:
+      clock_part.refuse_equal_times(
+          clock_part.ClockOptions.from_config(config), default_equal=True)
     if cells_lib.HierarchyOptions in cls.option_groups:
       config = cells_lib.with_method_defaults(config, cls.cell_defaults)
       cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg',
@@ -309,6 +313,7 @@ class FederatedAlgorithm:
           "idle client at a round's start (Alg. 1), so availability is not "
           'modelled on it; set one of them.')
     options = clock_part.ClockOptions.from_config(config)
+    clock_part.refuse_equal_times(options, default_equal=True)
     if (self.cohort_size != self.num_clients or
         config.client_sampling != 'uniform'):
       raise ConfigError(

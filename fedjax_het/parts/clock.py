@@ -84,12 +84,7 @@ class ClockOptions(OptionGroup):
       raise ConfigError(
           f'clock.staleness_exponent = {self.staleness_exponent!r} is read '
           "only with clock.staleness_weight='polynomial'; leave it unset.")
-    if (self.mu < 1 and self.jitter == 0 and
-        len(set(self.client_seconds)) <= 1):
-      raise ConfigError(
-          f'clock.mu = {self.mu!r} with equal client times (clock.jitter = 0, '
-          'one clock.client_seconds) keeps every round synchronous; set '
-          'unequal clock.client_seconds or a clock.jitter > 0.')
+    refuse_equal_times(self, default_equal=False)
     # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
     # γ still weighs the arrivals by their deltas, the others act on τ only.
     for key, value, unset in (('tau_max', self.tau_max, -1),
@@ -100,6 +95,22 @@ class ClockOptions(OptionGroup):
             f'clock.{key} = {value!r} acts on stale updates, but at clock.mu '
             '= 1 every update arrives in the round it was dispatched in '
             '(τ = 0); set clock.mu < 1 or leave it unset.')
+
+
+def refuse_equal_times(options: ClockOptions, *, default_equal: bool) -> None:
+  """ConfigError where μ < 1 keeps every round synchronous: no jitter and
+  every client round equally long, by one `client_seconds` value, or by an
+  empty one where the method's own cost model is equal work
+  (`default_equal`: `local_steps` seconds, the generic part's default,
+  checked where a method builds it, `FederatedAlgorithm`; the ViT methods'
+  analytic model is not equal work)."""
+  equal = len(set(options.client_seconds)) == 1 or (
+      default_equal and not options.client_seconds)
+  if options.mu < 1 and options.jitter == 0 and equal:
+    raise ConfigError(
+        f'clock.mu = {options.mu!r} with equal client times (clock.jitter = '
+        '0, one clock.client_seconds) keeps every round synchronous; set '
+        'unequal clock.client_seconds or a clock.jitter > 0.')
 
 
 def per_client(key: str, values: tuple, num_clients: int) -> tuple:
