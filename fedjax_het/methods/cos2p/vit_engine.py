@@ -1,10 +1,11 @@
 """The ViT engine on the virtual clock that Co-S²P and its baselines share
 (`VitOnClock`); no paper's method itself. Its options are the `cos2p`
-section (`Cos2pOptions`) and the virtual clock's, the `clock` section
-every method on the clock shares (`parts.clock.ClockOptions`). Co-S²P's own keys (mask phase, self-distillation,
-personal heads, Eq. 4 weighting) are read by `cos2p.Cos2p` and Eq. 2's by
-`budget_masks`; a baseline fixes the ones it does without (`fixed_options`),
-so its resolved config says what it trains with.
+section (`Cos2pOptions`) and the virtual clock's, the `clock` section every
+method on the clock shares (`parts.clock.ClockOptions`). Co-S²P's own keys
+(mask phase, self-distillation, personal heads, Eq. 4 weighting) are read
+by `cos2p.Cos2p` and Eq. 2's by `budget_masks`; a baseline fixes the ones
+it does without (`fixed_options`, e.g. `clock.mu = 1`), so its resolved
+config says what it trains with.
 
 Budgets. Client n has a budget R_n = R_w · R_d (`cos2p.budgets`; R_w =
 √(R·ρ), R_d = √(R/ρ), ρ = `width_depth_ratio`). It trains a window of
@@ -35,8 +36,8 @@ arrival from the global model of its dispatch round (`extras['start']`
 row n, `parts.clock.start_table`), with its key (`parts.clock.dispatch_key`)
 and window drawn from the dispatch round, which gives the same result as
 training at dispatch (the client's state cannot change while it is busy).
-A client round costs the fixed `clock.client_seconds`, or the analytic cost model
-(`systems.vit_cost.round_seconds`) of the client's window at width R_w on
+A client round costs the fixed `clock.client_seconds`, or the analytic cost
+model (`systems.vit_cost.round_seconds`) of the client's window at width R_w on
 its device type, times a lognormal jitter (`clock.jitter`). The engine
 builds this schedule itself; the base class's generic clock part (FedAvg's,
 `local_steps` seconds per round) is not built, and the generic part's
