@@ -279,6 +279,24 @@ def _with_defaults(stored: dict, defaults: dict) -> dict:
   return filled
 
 
+def _known_keys(stored: dict, defaults: dict) -> dict:
+  """`stored` without the keys the library no longer has, recursively into
+  sections (not into open dicts): a method that read a removed key is
+  refused by its key streams revision first (`key_streams.CHANGED`), so a
+  removed key left here was not read by the run (e.g. `cos2p.mu` under
+  FedAvg before revision 4)."""
+  kept = {}
+  for key, value in stored.items():
+    if key not in defaults:
+      continue
+    default = defaults[key]
+    if (isinstance(default, dict) and default and isinstance(value, dict) and
+        key not in config_lib.OPEN_DICTS):
+      value = _known_keys(value, default)
+    kept[key] = value
+  return kept
+
+
 def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
                     checkpoints: RunCheckpoints) -> None:
   """ConfigError unless `config` may resume the run held in `workdir`: the
@@ -290,7 +308,8 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
   if stored is None:
     return
   # Keys added to the library since the run started (a new method's
-  # section, a new option) count as their defaults.
+  # section, a new option) count as their defaults; keys removed since are
+  # left out (`_known_keys`), after the revision's refusal.
   stored = dict(stored)
   refusal = key_streams.resume_refusal(
       stored.pop(_REVISION_KEY, 1), config.algorithm, config.augment)
@@ -298,8 +317,8 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
     raise config_lib.ConfigError(
         f'workdir {workdir} holds a run that cannot resume bit-identically: '
         f'{refusal}; use a new --workdir.')
-  previous = _with_defaults(stored,
-                            json.loads(config_lib.base_config().to_json()))
+  base = json.loads(config_lib.base_config().to_json())
+  previous = _with_defaults(_known_keys(stored, base), base)
   current = json.loads(config.to_json())
   resumable = _RESUMABLE_CHANGES
   method = methods.ALGORITHMS.get(config.algorithm)

@@ -111,8 +111,8 @@ def tiny_vit_config(num_clients=4, **overrides):
                      rounds=3))
   config.update(overrides)
   config.model_options = dict(TINY_VIT)   # replaced, not merged
-  config.cos2p.update(dict(client_seconds=(1.0,), jitter=0.0,
-                           optimizer='sgd'))
+  config.clock.update(dict(client_seconds=(1.0,), jitter=0.0))
+  config.cos2p.optimizer = 'sgd'
   return config
 
 

@@ -13,9 +13,11 @@ from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
 from script_utils import load_script
 
-def cos2p_config(**cos2p_options):
-  """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks."""
+def cos2p_config(clock=(), **cos2p_options):
+  """Four digits clients of ~360 examples on a 2-block ViT, fixed clocks;
+  `clock` updates the clock section, `cos2p_options` the cos2p section."""
   config = tiny_vit_config()
+  config.clock.update(dict(clock))
   config.cos2p.update(cos2p_options)
   return config
 
@@ -29,7 +31,7 @@ def test_reduces_to_fedavg():
   """Budgets 1, λ2 = 0, no masks, μ = 1, T_clk = 0 and uniform weights over
   holders: FedAvg's parameters (to 1e-5)."""
   config = cos2p_config(width_masks='full', weighting='holders',
-                        personal_heads=False, mu=1.0, t_clk=0.0)
+                        personal_heads=False, clock=dict(mu=1.0, t_clk=0.0))
   config.aggregation_weights = 'uniform'
   algorithm, state, data = build(config)
   assert (algorithm.batches == algorithm.batches[0]).all()
@@ -38,6 +40,7 @@ def test_reduces_to_fedavg():
   fedavg_config = cos2p_config()
   fedavg_config.update(dict(algorithm='fedavg', aggregation_weights='uniform',
                             local_steps=int(algorithm.batches[0])))
+  fedavg_config.clock = config_lib.base_config().clock   # FedAvg off the clock
   fedavg, fedavg_state, _ = build(fedavg_config)
   fedavg_state, _ = RoundRunner(fedavg, 'map').run(fedavg_state, data, 2)
   chex.assert_trees_all_close(state.params, fedavg_state.params, atol=1e-5)
@@ -46,7 +49,7 @@ def test_reduces_to_fedavg():
 def test_stale_client_trains_from_its_dispatch_model():
   """Durations 1, 1, 2.5 s with ⌈μN⌉ = 2: client 2, dispatched in round 0,
   arrives in round 2 with τ = 2 and starts from w_0 with round 0's key."""
-  config = cos2p_config(client_seconds=(1.0, 1.0, 2.5, 1.0), mu=0.5)
+  config = cos2p_config(clock=dict(client_seconds=(1.0, 1.0, 2.5, 1.0), mu=0.5))
   config.num_clients = config.clients_per_round = 4
   algorithm, state, data = build(config)
   schedule = algorithm.schedule
@@ -67,7 +70,7 @@ def test_stale_client_trains_from_its_dispatch_model():
 
 def test_staleness_weights_match_a_hand_computation():
   """Eq. 4 per fc1-row and head segment, Eq. 5's normalised sum."""
-  config = cos2p_config(client_seconds=(1.0, 1.0, 2.5, 1.0), mu=0.5)
+  config = cos2p_config(clock=dict(client_seconds=(1.0, 1.0, 2.5, 1.0), mu=0.5))
   algorithm, state, data = build(config)
   rng = np.random.default_rng(0)
   noisy = lambda t: jax.tree.map(lambda p: np.asarray(p) + rng.normal(
@@ -135,8 +138,9 @@ def test_straight_through_gradients():
 def test_semi_async_rounds_resume_exactly_and_backends_agree(tmp_path):
   """Mask phase, self-distillation, stragglers: a run checkpointed while a
   straggler is in flight resumes bit-exactly, and vmap agrees with map."""
-  config = cos2p_config(budgets=(0.25, 1.0), client_seconds=(1.0, 2.2),
-                        mu=0.5, t_clk=0.1, mask_rounds=2, lambda_kd=0.3)
+  config = cos2p_config(budgets=(0.25, 1.0), mask_rounds=2, lambda_kd=0.3,
+                        clock=dict(client_seconds=(1.0, 2.2), mu=0.5,
+                                   t_clk=0.1))
   config.num_clients = config.clients_per_round = 2
   config.rounds = 4
   algorithm, state, data = build(config)
@@ -156,9 +160,9 @@ def test_semi_async_rounds_resume_exactly_and_backends_agree(tmp_path):
 
 
 @pytest.mark.parametrize('key,value,message', [
-    ('cos2p.mu', 0.0, 'cos2p.mu must be in (0, 1]'),
-    ('cos2p.mu', 1.5, 'cos2p.mu must be in (0, 1]'),
-    ('cos2p.t_clk', -1.0, 'cos2p.t_clk must be ≥ 0'),
+    ('clock.mu', 0.0, 'clock.mu must be in (0, 1]'),
+    ('clock.mu', 1.5, 'clock.mu must be in (0, 1]'),
+    ('clock.t_clk', -1.0, 'clock.t_clk must be ≥ 0'),
     ('cos2p.budgets', (0.5, 1.2), 'cos2p.budgets must be in (0, 1]'),
     ('cos2p.budgets', (0.01,), 'trainable blocks'),
     ('cos2p.device_types', ('tx2',), "unknown device type 'tx2'"),
@@ -168,7 +172,7 @@ def test_semi_async_rounds_resume_exactly_and_backends_agree(tmp_path):
 def test_bad_input_fails_with_one_line(key, value, message):
   config = cos2p_config()
   if key == 'cos2p.device_types':
-    config.cos2p.client_seconds = ()
+    config.clock.client_seconds = ()
   section, _, name = key.rpartition('.')
   if key == 'model_options':
     config.model_options = value
@@ -233,7 +237,7 @@ def test_clock_charges_the_realised_masks(tmp_path):
   mask the client holds (chunks of one round), recorded in the state; from
   round Q̂ on that is the mask it trains and uploads, whose kept fraction is
   not R_w (Eq. 2's budget term is soft). A resumed run replays the clock."""
-  config = cos2p_config(budgets=(0.25,), client_seconds=(),
+  config = cos2p_config(budgets=(0.25,), clock=dict(client_seconds=()),
                         device_types=('agx64',), mask_rounds=1)
   config.rounds = 3
   algorithm, state, data = build(config)
@@ -267,7 +271,7 @@ def test_clock_charges_the_realised_masks(tmp_path):
 def test_no_mask_rounds_is_charged_full_width():
   """Q̂ = 0 learns no mask: clients train their windows at full width, and
   the clock charges full width, not R_w."""
-  config = cos2p_config(budgets=(0.25,), client_seconds=(),
+  config = cos2p_config(budgets=(0.25,), clock=dict(client_seconds=()),
                         device_types=('agx64',), mask_rounds=0)
   config.rounds = 2
   algorithm, state, data = build(config)

@@ -133,7 +133,7 @@ def test_experiment_configs_load_and_validate(name):
   assert list(config.client_sizes) == [c.dataset_size for c in clients]
   assert list(options.budgets) == [c.budget for c in clients]
   assert list(options.device_types) == [c.device for c in clients]
-  assert (options.mu, options.t_clk, options.epochs, options.mask_rounds,
+  assert (config.clock.mu, config.clock.t_clk, options.epochs, options.mask_rounds,
           options.mask_epochs) == (paper.mu, paper.t_clk, paper.epochs, paper.mask_rounds,
                                    paper.mask_epochs)
   assert config.model == paper.model and config.dataset == 'imagenet2012'
@@ -154,7 +154,7 @@ def test_experiment_configs_load_and_validate(name):
     assert row.model_options.get('decisions', False) == (label == 'fedavg_adavit')
     assert list(row.client_sizes) == list(config.client_sizes)
   assert rows['cos2p'].to_json() == config.to_json()
-  assert rows['cos2p_async'].cos2p.mu == 1 / len(clients)
+  assert rows['cos2p_async'].clock.mu == 1 / len(clients)
 
 
 @pytest.mark.parametrize('name', ['E2', 'E3'])

@@ -99,7 +99,8 @@ def test_clock_charges_the_quantised_kernels():
   """Analytic clock: a budget-1/4 client's round is shorter than a
   budget-1 client's by the 3/4 of the kernels' float32 bytes both ways."""
   config = qvit_config()
-  config.cos2p.update(dict(client_seconds=(), budgets=(0.25, 1.0, 1.0, 1.0)))
+  config.clock.client_seconds = ()
+  config.cos2p.budgets = (0.25, 1.0, 1.0, 1.0)
   algorithm, _, _ = build(config)
   duration = algorithm.client_round_seconds()
   m = algorithm.model

@@ -151,9 +151,59 @@ def test_a_vit_baseline_run_before_its_smaller_client_state_is_refused():
   assert key_streams.resume_refusal(2, 'vit_fedrolex', 'none') == (
       'it was trained with key streams revision 2, and vit_fedrolex keeps a '
       'smaller client state since revision 3 (core/key_streams.py)')
-  assert key_streams.resume_refusal(2, 'cos2p', 'none') is None
-  assert key_streams.resume_refusal(2, 'fedpm', 'none') is None
-  assert key_streams.resume_refusal(3, 'vit_fedrolex', 'none') is None
+  assert key_streams.resume_refusal(3, 'cos2p', 'none') == (
+      'it was trained with key streams revision 3, and cos2p reads its clock '
+      'from the clock section since revision 4 (core/key_streams.py)')
+  assert key_streams.resume_refusal(3, 'fedavg', 'none') is None
+  assert key_streams.resume_refusal(4, 'vit_fedrolex', 'none') is None
+
+
+VIT_METHODS = ('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm',
+               'prunefl', 'vit_fedavg_platon', 'vit_fedavg_qvit',
+               'vit_fedavg_adavit')
+
+
+def test_a_vit_run_with_its_clock_in_the_cos2p_section_is_refused(tmp_path):
+  """Revision 4 moved the ViT methods' clock from cos2p.mu, ... to the
+  shared clock section: a run whose config.json holds cos2p.mu is refused
+  in one line (first, before its config is compared), never resumed with
+  other values; every ViT method, and only those, changed."""
+  assert key_streams.REVISION == 4
+  assert set(key_streams.CHANGED[4][0]) == set(VIT_METHODS) == {
+      name for name, cls in methods.ALGORITHMS.items()
+      if 'cos2p' in {g.key for g in cls.option_groups}}
+  for name in VIT_METHODS:
+    assert key_streams.resume_refusal(3, name, 'none').endswith(
+        f'and {name} reads its clock from the clock section since revision 4 '
+        '(core/key_streams.py)')
+  config = config_lib.base_config()
+  config.update(algorithm='cos2p', dataset='digits', model='vit')
+  record = {**run.run_record(config), 'key_streams_revision': 3}
+  record['cos2p'].update(mu=0.5, t_clk=60.0, tau_max=-1, client_seconds=[],
+                         jitter=0.05)
+  del record['clock']
+  (tmp_path / 'config.json').write_text(json.dumps(record))
+  with pytest.raises(config_lib.ConfigError) as raised:
+    run._check_same_run(str(tmp_path), config, None)  # pylint: disable=protected-access
+  assert 'cannot resume bit-identically: it was trained with key streams ' \
+      'revision 3, and cos2p reads its clock from the clock section since ' \
+      'revision 4' in str(raised.value)
+  assert '\n' not in str(raised.value)
+
+
+def test_a_run_recording_keys_removed_since_resumes(tmp_path):
+  """A FedAvg run of revision 3 recorded the cos2p section with the clock
+  keys it never read (cos2p.mu, ...): it resumes, the removed keys left out."""
+  workdir = str(tmp_path)
+  run.train(quick_config(rounds=2), workdir)
+  path = tmp_path / 'config.json'
+  record = json.loads(path.read_text())
+  record['key_streams_revision'] = 3
+  record['cos2p'].update(mu=1.0, t_clk=0.0, tau_max=-1, client_seconds=[],
+                         jitter=0.05)
+  path.write_text(json.dumps(record))
+  assert run.train(quick_config(rounds=3), workdir)['rounds'] == 3
+  assert 'mu' not in json.loads(path.read_text())['cos2p']
 
 
 def test_an_emptied_summary_json_is_named_then_rewritten(tmp_path, capsys):

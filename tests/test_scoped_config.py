@@ -25,7 +25,6 @@ PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
          'lossy links': ('systems', 'q', (0.3,)),
          'unequal work': ('systems', 'local_work', (1, 2)),
          'virtual clock': ('clock', 'mu', 0.25),
-         "Co-S²P's clock": ('cos2p', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
          'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp')}
 
@@ -41,7 +40,7 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
   config = configured(algorithm, **{f'{section}__{name}': value})
   method = ALGORITHMS[algorithm]
   if any(group.key == section for group in method.option_groups):
-    if name in getattr(method, 'fixed_options', {}):
+    if f'{section}.{name}' in getattr(method, 'fixed_options', {}):
       with pytest.raises(ConfigError, match=f'{algorithm} fixes {section}'):
         config_lib.validate(config)
     elif part == 'availability' and not method.samples_available_clients:
@@ -66,7 +65,7 @@ def test_the_same_values_are_read_by_their_methods():
                                 ('hist', 'hierarchy__num_cells', 3),
                                 ('fedavg', 'hierarchy__num_cells', 3),
                                 ('fedavg', 'hierarchy__edge_channel', 'aircomp'),
-                                ('cos2p', 'cos2p__mu', 0.25),
+                                ('cos2p', 'clock__mu', 0.25),
                                 ('fedavg', 'clock__mu', 0.25),
                                 ('fedrolex', 'clock__t_clk', 2.0),
                                 ('fiarse', 'submodel__partial_average', 'mask')]:
@@ -99,10 +98,63 @@ def test_natural_options_need_the_natural_partition():
 def test_a_baselines_fixed_option_is_refused_not_overwritten():
   """vit_fedavg is synchronous (μ = 1, T_clk = 0): a config asking for μ = 0.5
   used to train at μ = 1 and say μ = 0.5 in config.json."""
-  with pytest.raises(ConfigError, match=r'vit_fedavg fixes cos2p.mu = 1.0, '
+  with pytest.raises(ConfigError, match=r'vit_fedavg fixes clock.mu = 1.0, '
                                         r'got 0.5; leave it unset'):
-    config_lib.validate(configured('vit_fedavg', cos2p__mu=0.5))
-  config_lib.validate(configured('vit_fedavg', cos2p__mu=1.0))
+    config_lib.validate(configured('vit_fedavg', clock__mu=0.5))
+  config_lib.validate(configured('vit_fedavg', clock__mu=1.0))
+
+
+def test_the_vit_methods_read_the_shared_clock_section():
+  """One clock section for every method on the clock: a synchronous ViT
+  baseline refuses clock.mu = 0.5 in one line, Co-S²P trains with it (the
+  resolved config says so), and a baseline's resolved config holds the
+  μ = 1, T_clk = 0 it fixes."""
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(configured('vit_fedrolex', clock__mu=0.5))
+  assert str(raised.value).startswith(
+      'vit_fedrolex fixes clock.mu = 1.0, got 0.5; leave it unset')
+  assert '\n' not in str(raised.value)
+  config = configured('cos2p', clock__mu=0.5)
+  config_lib.validate(config)
+  assert config_lib.resolve(config).clock.mu == 0.5
+  resolved = config_lib.resolve(configured('vit_fedrolex'))
+  assert (resolved.clock.mu, resolved.clock.t_clk) == (1.0, 0.0)
+  assert 'mu' not in config_lib.base_config().cos2p
+
+
+def test_equal_client_times_are_judged_by_the_methods_cost_model():
+  """μ < 1 with no jitter is refused where every client round is equally
+  long: one clock.client_seconds for any method, or none for FedAvg (its
+  default is local_steps seconds each); the ViT methods' default is the
+  analytic model, whose times differ with the clients' budgets."""
+  message = 'clock.mu = 0.5 with equal client times'
+  for algorithm in ('fedavg', 'cos2p'):
+    with pytest.raises(ConfigError, match=message):
+      config_lib.validate(configured(algorithm, clock__mu=0.5, clock__jitter=0.0,
+                                     clock__client_seconds=(2.0,)))
+  with pytest.raises(ConfigError, match=message):
+    config_lib.validate(configured('fedavg', clock__mu=0.5, clock__jitter=0.0))
+  config = configured('cos2p', clock__mu=0.5, clock__jitter=0.0)
+  config.cos2p.budgets = (0.25, 1.0)
+  config_lib.validate(config)
+
+
+@pytest.mark.parametrize('key,value', [('staleness_weight', 'polynomial'),
+                                       ('staleness_weight', 'cos2p'),
+                                       ('staleness_exponent', 1.0)])
+def test_the_vit_methods_refuse_the_clocks_staleness_weights(key, value):
+  """Co-S²P weighs stale updates by its own Eq. 4 (cos2p.weighting): the
+  generic clock part's staleness weights are refused in one line naming
+  the method and the key (μ < 1, so the clock's own checks pass)."""
+  config = configured('cos2p', clock__mu=0.5)
+  if key == 'staleness_exponent':
+    config.clock.staleness_weight = 'polynomial'
+  config.clock[key] = value
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(config)
+  assert str(raised.value).startswith(
+      f'clock.{key} = {value!r} is set, but cos2p does not read it')
+  assert '\n' not in str(raised.value)
 
 
 def test_the_resolved_config_holds_what_the_baseline_trains_with():

@@ -40,8 +40,9 @@ VIRTUAL_SECONDS = 12_000.0
 MAX_ROUNDS = 2000
 
 
-# Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is μ = 1/N, T_clk = 0; the baselines fix
-# their own μ = 1, T_clk = 0 (`methods.cos2p.vit_engine.SYNCHRONOUS_BASELINE`).
+# Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is clock.mu = 1/N, clock.t_clk = 0; the
+# baselines fix their own clock.mu = 1, clock.t_clk = 0
+# (`methods.cos2p.vit_engine.SYNCHRONOUS_BASELINE`).
 TABLE_ROWS = {
     'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
     'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit', 'fedpm': 'fedpm',
@@ -59,9 +60,11 @@ def table_row(config, label: str):
   method = methods.algorithm_class(row.algorithm)
   row.cos2p.update({key: value for key, value in Cos2pOptions.defaults().items()
                     if key not in method.reads_keys})
-  row.cos2p.update(method.fixed_options)
+  for dotted, value in method.fixed_options.items():   # 'section.key'
+    section, key = dotted.split('.')
+    row[section][key] = value
   if label == 'cos2p_async':
-    row.cos2p.update(mu=1.0 / row.num_clients, t_clk=0.0)
+    row.clock.update(mu=1.0 / row.num_clients, t_clk=0.0)
   if row.algorithm == 'vit_fedavg_adavit':
     row.model_options['decisions'] = True
   return row
@@ -108,10 +111,11 @@ def scaled_config():
   c.model_options = dict(VIT)
   c.cos2p.update(budgets=BUDGETS, device_types=DEVICES, epochs=1,
                  mask_epochs=1, mask_lr=0.01, lambda_budget=1.0,
-                 lambda_kd=0.2, temperature=3.0, mu=0.5, t_clk=60.0,
+                 lambda_kd=0.2, temperature=3.0,
                  device_speeds=ml_collections.ConfigDict(
                      vit_cost.nx_ratio_speeds(E1_NX_RATIO)))
   c.cos2p.speed_scale, c.cos2p.bandwidth_bps = clock_scales(c.batch_size)
+  c.clock.update(mu=0.5, t_clk=60.0)
   return c
 
 
@@ -169,6 +173,6 @@ def paper_config(experiment: str, *, dataset_options: dict, init_params_file: st
   c.lambda_budget = lambda_budget
   c.lambda_kd = lambda_kd
   c.temperature = 3.0
-  c.mu = setting.mu
-  c.t_clk = setting.t_clk
+  config.clock.mu = setting.mu
+  config.clock.t_clk = setting.t_clk
   return config

@@ -55,7 +55,7 @@ Paper setting (App. E, Tab. 6/7)                  → our keys
     (the authors' code)                                client_weight_decay
   E = 5, Q̂ = 10, Ê = 5, mask lr 0.001               cos2p.epochs, mask_rounds, mask_epochs, mask_lr
   λ1 = 1.5, λ2 = 0.3, t = 3                          cos2p.lambda_budget, lambda_kd, temperature
-  μ = 0.4, T_clk = 150 s                             cos2p.mu, cos2p.t_clk
+  μ = 0.4, T_clk = 150 s                             clock.mu, clock.t_clk
 The per-client lists come from paper_settings.paper_clients('E3') (Tab. 7).
 
 Deviations: one batch size for every client, 32 (our engine has one; Tab. 7 uses B = 8 / 32 /

@@ -45,7 +45,7 @@ def get_configs():
     config = table_row(scaled_config(), 'cos2p' if label == 'cos2p_sync' else label)
     if label == 'cos2p_sync' or config.algorithm != 'cos2p':
       # Co-S²P (sync); the baselines fix these themselves (set as in the recorded runs).
-      config.cos2p.update(mu=1.0, t_clk=0.0)
+      config.clock.update(mu=1.0, t_clk=0.0)
     config = with_time_budget(config)
     if config.algorithm == 'prunefl':   # pruning on client 0, ten reconfigurations
       config.prunefl.update(init_steps=20,

@@ -20,6 +20,6 @@ def get_configs():
   for mu, t_clk in SWEEP:
     config = scaled_config()
     config.algorithm = 'cos2p'
-    config.cos2p.update(mu=mu, t_clk=t_clk)
+    config.clock.update(mu=mu, t_clk=t_clk)
     configs[f'mu={mu:g},t_clk={t_clk:g}'] = with_time_budget(config)
   return configs

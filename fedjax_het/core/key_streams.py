@@ -67,7 +67,7 @@ import jax
 # checkpoints, `run.run_record`); resuming a run of an earlier revision with a
 # method whose draws (or checkpointed state) changed since is refused
 # (`resume_refusal`), never continued with other draws.
-REVISION = 3
+REVISION = 4
 # revision -> (methods that changed in it, augmentations that did, how).
 CHANGED = {
     2: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
@@ -78,6 +78,13 @@ CHANGED = {
     # older checkpoint's state has rows the method no longer restores into.
     3: (('vit_fedavg', 'vit_fedrolex', 'ram_fed', 'vit_fedavg_platon',
          'vit_fedavg_qvit'), (), 'keeps a smaller client state'),
+    # The ViT methods read their virtual clock (μ, T_clk, τ_max, client
+    # seconds, jitter) from the shared `clock` section, no longer from
+    # `cos2p.*`: their draws are unchanged, but an older run's config holds
+    # its clock in keys that no longer exist, and is not resumed with others.
+    4: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
+         'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit'), (),
+        'reads its clock from the clock section'),
 }
 
 

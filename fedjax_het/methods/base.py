@@ -67,7 +67,11 @@ active where an update arrives; the clock's inputs of the slots ride in
 `plan.extras['clock']`. With μ = 1, T_clk = 0 and no staleness weight every
 round is FedAvg's with K = N, the same program bit for bit. The round
 metrics add the virtual seconds, busy seconds, arrivals and staleness,
-`summary_facts` the virtual time and RU.
+`summary_facts` the virtual time and RU. The ViT methods
+(`methods/cos2p`) list `ClockOptions` too and read the same keys, but are
+always on the clock and build their schedule themselves with the analytic
+ViT cost model: `VitOnClock` overrides `_clock_part` to return None, so
+this generic part is not built for them.
 
 The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
 that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
@@ -200,8 +204,12 @@ class FederatedAlgorithm:
     """`config` with the options the method fixes written in, i.e. what it
     trains with; raises ConfigError where `config` sets one of them to
     another value. Default: the method fixes none (`config` itself); a
-    method whose sampler is its own refuses client availability."""
+    method whose sampler is its own refuses client availability, and a
+    method on the generic clock part equal client times at μ < 1."""
     cls._check_availability(config)
+    if clock_part.ClockOptions in cls.option_groups:
+      clock_part.refuse_equal_times(
+          clock_part.ClockOptions.from_config(config), default_equal=True)
     if cells_lib.HierarchyOptions in cls.option_groups:
       config = cells_lib.with_method_defaults(config, cls.cell_defaults)
       cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg',
@@ -293,7 +301,8 @@ class FederatedAlgorithm:
   def _clock_part(self, config: ml_collections.ConfigDict
                   ) -> clock_part.VirtualClock | None:
     """The virtual clock the method runs under, or None: the method does not
-    read `config.clock`, or the section is at its defaults."""
+    read `config.clock`, or the section is at its defaults (a method that
+    builds its own schedule, the ViT engine, overrides this hook)."""
     if clock_part.ClockOptions not in self.option_groups or changed_key(
         config.clock, clock_part.ClockOptions.defaults()) is None:
       return None
@@ -304,6 +313,7 @@ class FederatedAlgorithm:
           "idle client at a round's start (Alg. 1), so availability is not "
           'modelled on it; set one of them.')
     options = clock_part.ClockOptions.from_config(config)
+    clock_part.refuse_equal_times(options, default_equal=True)
     if (self.cohort_size != self.num_clients or
         config.client_sampling != 'uniform'):
       raise ConfigError(

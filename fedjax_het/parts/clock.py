@@ -39,10 +39,14 @@ they are host-made before the rounds, so the systems part's T_m (drawn in
 the compiled round) sets a client's steps, not its seconds.
 
 The ViT engine of Co-S²P and its baselines (`methods/cos2p/vit_engine.py`)
-keeps its own keys (`cos2p.mu`, ...) and analytic cost model, and uses the
-same schedule inputs, start table, keys, metrics and facts. `FederatedAlgorithm` runs a method that lists
-`ClockOptions` under the clock when the section is not at its defaults
-(`base.py`'s module docstring gives the reading).
+reads the same section (`clock.mu`, `t_clk`, `tau_max`, `client_seconds`,
+`jitter`), is always on the clock, builds its schedule itself with the
+analytic ViT cost model where `client_seconds` is empty, and uses the same
+schedule inputs, start table, keys, metrics and facts; it refuses
+`staleness_weight` and `staleness_exponent` (Co-S²P weighs stale updates by
+its Eq. 4, `cos2p.weighting`). `FederatedAlgorithm` runs any other method
+that lists `ClockOptions` under the clock when the section is not at its
+defaults (`base.py`'s module docstring gives the reading).
 """
 import dataclasses
 import math
@@ -62,15 +66,17 @@ STALENESS_WEIGHTS = ('none', 'cos2p', 'polynomial')
 
 @dataclasses.dataclass(frozen=True)
 class ClockOptions(OptionGroup):
-  """`config.clock`: the virtual clock a method runs under (module docstring)."""
+  """`config.clock`: the virtual clock a method runs under (module docstring);
+  one section for every method on the clock, the ViT methods
+  (`methods/cos2p`) included, which are always on it."""
   key = 'clock'
   mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates (1/N with t_clk = 0: fully asynchronous)', check=in_range(0, 1, closed_low=False))
   t_clk: float = option(0.0, 'T_clk: seconds the server keeps accepting after ⌈μN⌉ arrivals', check=non_negative)
   tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never)', check=in_range(-1, math.inf))
-  client_seconds: tuple = option((), 'fixed seconds of a client round, one value for every client or one per client; empty: local_steps seconds (equal work), times the jitter', check=each(positive))
-  jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (as cos2p.jitter)', check=non_negative)
-  staleness_weight: str = option('none', "an update of staleness τ in the round's mean: none | polynomial (its delta times (1 + τ)^−a, FedBuff / FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
-  staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedBuff: ½)", check=non_negative)
+  client_seconds: tuple = option((), "fixed seconds of a client round, one value for every client or one per client; empty: the method's own cost model (local_steps seconds for FedAvg-like methods, equal work; the analytic ViT model for the ViT methods), times the jitter", check=each(positive))
+  jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (every method on the clock, the ViT methods included)', check=non_negative)
+  staleness_weight: str = option('none', "an update of staleness τ in the round's mean (not read by the ViT methods, whose rule is their own, e.g. cos2p.weighting): none | polynomial (its delta times (1 + τ)^−a, FedBuff / FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
+  staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedBuff: ½; not read by the ViT methods)", check=non_negative)
 
   def validate(self) -> None:
     finite('clock.t_clk', self.t_clk)
@@ -78,12 +84,7 @@ class ClockOptions(OptionGroup):
       raise ConfigError(
           f'clock.staleness_exponent = {self.staleness_exponent!r} is read '
           "only with clock.staleness_weight='polynomial'; leave it unset.")
-    if (self.mu < 1 and self.jitter == 0 and
-        len(set(self.client_seconds)) <= 1):
-      raise ConfigError(
-          f'clock.mu = {self.mu!r} with equal client times (clock.jitter = 0, '
-          'one clock.client_seconds) keeps every round synchronous; set '
-          'unequal clock.client_seconds or a clock.jitter > 0.')
+    refuse_equal_times(self, default_equal=False)
     # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
     # γ still weighs the arrivals by their deltas, the others act on τ only.
     for key, value, unset in (('tau_max', self.tau_max, -1),
@@ -94,6 +95,22 @@ class ClockOptions(OptionGroup):
             f'clock.{key} = {value!r} acts on stale updates, but at clock.mu '
             '= 1 every update arrives in the round it was dispatched in '
             '(τ = 0); set clock.mu < 1 or leave it unset.')
+
+
+def refuse_equal_times(options: ClockOptions, *, default_equal: bool) -> None:
+  """ConfigError where μ < 1 keeps every round synchronous: no jitter and
+  every client round equally long, by one `client_seconds` value, or by an
+  empty one where the method's own cost model is equal work
+  (`default_equal`: `local_steps` seconds, the generic part's default,
+  checked where a method builds it, `FederatedAlgorithm`; the ViT methods'
+  analytic model is not equal work)."""
+  equal = len(set(options.client_seconds)) == 1 or (
+      default_equal and not options.client_seconds)
+  if options.mu < 1 and options.jitter == 0 and equal:
+    raise ConfigError(
+        f'clock.mu = {options.mu!r} with equal client times (clock.jitter = '
+        '0, one clock.client_seconds) keeps every round synchronous; set '
+        'unequal clock.client_seconds or a clock.jitter > 0.')
 
 
 def per_client(key: str, values: tuple, num_clients: int) -> tuple:

@@ -72,6 +72,7 @@ from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, non_negative_int, option,
                                 positive, subset_of)
+from fedjax_het.parts.clock import ClockOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +136,11 @@ class FedAvgAdavit(VitOnClock):
   """FedAvg+AdaViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_adavit'
-  option_groups = (Cos2pOptions, AdavitOptions)
+  option_groups = (Cos2pOptions, ClockOptions, AdavitOptions)
   full_depth = True
   reads_decisions = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling',
-                   'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling',
+                   'cos2p.mask_rounds': 0}
   per_round_metrics = tuple(f'usage_{k}' for k in vit.DECISION_KINDS)
 
   def __init__(self, config, model, data):

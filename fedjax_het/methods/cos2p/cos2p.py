@@ -52,7 +52,7 @@ phase), one mask phase behind, and a mask drawn within a chunk is charged
 from the next chunk on. `schedule` beyond the current chunk is a
 projection, never charged: the masks held now, or width R_w for a client
 that has not yet returned from a mask phase (so `experiments/cos2p`'s time
-budgets are fitted as before). Fixed `client_seconds`, and widths that are
+budgets are fitted as before). Fixed `clock.client_seconds`, and widths that are
 not learned, are charged as the engine charges them, simulated once up
 front.
 
@@ -113,7 +113,7 @@ class Cos2p(BudgetMasks):
     learned widths on the analytic cost model."""
     o = self.options
     return (o.width_masks == 'learned' and bool(o.learned_units) and
-            not o.client_seconds)
+            not self.clock_options.client_seconds)
 
   @functools.cached_property
   def fixed_kept(self) -> dict:

@@ -58,6 +58,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative_int, option, positive)
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import vit_cost
 
 
@@ -113,10 +114,10 @@ class FedPM(BudgetMasks):
   """FedPM with one Bernoulli keep probability per head/row (module docstring)."""
 
   name = 'fedpm'
-  option_groups = (Cos2pOptions, FedPMOptions)
+  option_groups = (Cos2pOptions, ClockOptions, FedPMOptions)
   full_depth = True
   per_round_metrics = ('mask_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'learned_units': vit.UNIT_KINDS, 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
   reads_keys = BudgetMasks.reads_keys | {'logit_init_std'}   # s0's std
 
   def __init__(self, config, model, data):
@@ -127,7 +128,7 @@ class FedPM(BudgetMasks):
   def client_round_seconds(self):
     """E epochs of mask training at full width plus the link (module doc)."""
     o = self.options
-    if o.client_seconds:
+    if self.clock_options.client_seconds:
       return super().client_round_seconds()
     shape, batch = self.cost_shape(), self.config.batch_size
     full = vit_cost.Submodel(frozen=0, trainable=shape.depth,

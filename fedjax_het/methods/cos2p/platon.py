@@ -64,6 +64,7 @@ from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
                                                  kept_units, revert_untrained)
 from fedjax_het.models import vit
 from fedjax_het.options import ConfigError, OptionGroup, in_range, option
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import units as units_lib
 
 # The leaves PLATON scores: every entry of a structured unit.
@@ -136,9 +137,9 @@ class FedAvgPlaton(VitOnClock):
   """FedAvg+PLATON on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_platon'
-  option_groups = (Cos2pOptions, PlatonOptions)
+  option_groups = (Cos2pOptions, ClockOptions, PlatonOptions)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling', 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)

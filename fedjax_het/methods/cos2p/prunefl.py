@@ -69,6 +69,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (OptionGroup, in_range, non_negative_int,
                                 option)
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import vit_cost
 
@@ -168,10 +169,10 @@ class PruneFL(VitOnClock):
   """PruneFL with structured units (module docstring)."""
 
   name = 'prunefl'
-  option_groups = (Cos2pOptions, PruneFLOptions)
+  option_groups = (Cos2pOptions, ClockOptions, PruneFLOptions)
   full_depth = True
   per_round_metrics = ('model_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling'}
 
   def __init__(self, config, model, data):
     self.prunefl = PruneFLOptions.from_config(config)

@@ -63,6 +63,7 @@ from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive)
+from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import vit_cost
 
 # group -> (the kernel it quantises, whether it has one bit-width per head).
@@ -144,9 +145,9 @@ class FedAvgQvit(VitOnClock):
   """FedAvg+Q-ViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_qvit'
-  option_groups = (Cos2pOptions, QvitOptions)
+  option_groups = (Cos2pOptions, ClockOptions, QvitOptions)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'full', 'mask_rounds': 0}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'full', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.qvit = QvitOptions.from_config(config)
@@ -178,10 +179,10 @@ class FedAvgQvit(VitOnClock):
   def client_round_seconds(self):
     """The engine's durations less the link time the quantised kernels save:
     4·K·(1 − R_n) bytes each way, K the kernel entries of the qkv,
-    projection, fc1 and fc2 (the analytic model; fixed `client_seconds`
+    projection, fc1 and fc2 (the analytic model; fixed `clock.client_seconds`
     are kept as given)."""
     duration = super().client_round_seconds()
-    if self.options.client_seconds:
+    if self.clock_options.client_seconds:
       return duration
     shape = self.cost_shape()
     kernels = shape.depth * (4 * shape.hidden**2 + 2 * shape.hidden * shape.mlp)

@@ -1,9 +1,11 @@
 """The ViT engine on the virtual clock that Co-S²P and its baselines share
 (`VitOnClock`); no paper's method itself. Its options are the `cos2p`
-section (`Cos2pOptions`). Co-S²P's own keys (mask phase, self-distillation,
-personal heads, Eq. 4 weighting) are read by `cos2p.Cos2p` and Eq. 2's by
-`budget_masks`; a baseline fixes the ones it does without (`fixed_options`),
-so its resolved config says what it trains with.
+section (`Cos2pOptions`) and the virtual clock's, the `clock` section every
+method on the clock shares (`parts.clock.ClockOptions`). Co-S²P's own keys
+(mask phase, self-distillation, personal heads, Eq. 4 weighting) are read
+by `cos2p.Cos2p` and Eq. 2's by `budget_masks`; a baseline fixes the ones
+it does without (`fixed_options`, e.g. `clock.mu = 1`), so its resolved
+config says what it trains with.
 
 Budgets. Client n has a budget R_n = R_w · R_d (`cos2p.budgets`; R_w =
 √(R·ρ), R_d = √(R/ρ), ρ = `width_depth_ratio`). It trains a window of
@@ -25,7 +27,8 @@ window {(q + j) mod U : j < ⌈R_w·U⌉} of dispatch round q; 'random'
 
 The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
 at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
-(`mu`, `t_clk`, `tau_max`), and stragglers arrive in later rounds with
+(`clock.mu`, `clock.t_clk`, `clock.tau_max`: the shared `clock` section,
+`parts.clock.ClockOptions`), and stragglers arrive in later rounds with
 staleness τ. The schedule is simulated on the host and enters the compiled
 rounds as round inputs (`parts.clock.schedule_inputs`); slot n of every
 round is client n, active when its update arrives; it trains lazily at
@@ -33,9 +36,13 @@ arrival from the global model of its dispatch round (`extras['start']`
 row n, `parts.clock.start_table`), with its key (`parts.clock.dispatch_key`)
 and window drawn from the dispatch round, which gives the same result as
 training at dispatch (the client's state cannot change while it is busy).
-A client round costs the fixed `client_seconds`, or the analytic cost model
-(`systems.vit_cost.round_seconds`) of the client's window at width R_w on
-its device type, times a lognormal jitter.
+A client round costs the fixed `clock.client_seconds`, or the analytic cost
+model (`systems.vit_cost.round_seconds`) of the client's window at width R_w on
+its device type, times a lognormal jitter (`clock.jitter`). The engine
+builds this schedule itself; the base class's generic clock part (FedAvg's,
+`local_steps` seconds per round) is not built, and the generic part's
+staleness weights (`clock.staleness_weight`, `staleness_exponent`) are
+refused: Co-S²P weighs stale updates by Eq. 4 (`cos2p.weighting`).
 
 A round: E epochs (`epochs`) of `client_optimizer` (Adan with proximal
 weight decay, or SGD) on the client's submodel with the cross-entropy
@@ -51,7 +58,6 @@ local test split, averaged weighted by the split sizes.
 """
 import dataclasses
 import functools
-import math
 from typing import Any
 
 import jax
@@ -109,22 +115,19 @@ class Cos2pOptions(OptionGroup):
   logit_init_std: float = option(0.01, 'std of the initial mask logits (p ≈ ½)', check=non_negative)
   personal_heads: bool = option(True, 'clients keep their own exit heads (A5); False: start from the global heads', check=is_bool)
   weighting: str = option('eq4', 'eq4 (staleness-aware γ per segment) | holders (client weights, mean over holders)', choices=('eq4', 'holders'))
-  mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates', check=in_range(0, 1, closed_low=False))
-  t_clk: float = option(0.0, 'T_clk: seconds the server waits after ⌈μN⌉ arrivals', check=non_negative)
-  tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never, the paper)', check=in_range(-1, math.inf))
-  client_seconds: tuple = option((), 'fixed seconds of every client round (FLSim-style; one value per client); empty: the analytic model', check=each(positive))
-  jitter: float = option(0.05, 'σ of the lognormal jitter of client round times', check=non_negative)
   bandwidth_bps: float = option(1e9, 'client link bandwidth in bit/s (analytic model)', check=positive)
   device_speeds: dict = option({}, 'effective training FLOP/s per device type, overriding 15e12·TOPS/275 (e.g. a fit of the paper\'s RU)')
   speed_scale: float = option(1.0, 'multiplies every device\'s FLOP/s (a scaled model on a paper-scale clock; scale bandwidth_bps too)', check=positive)
 
 
-# What every baseline of Co-S²P's tables fixes: synchronous rounds (μ = 1,
-# T_clk = 0; their RU < 100%), and Co-S²P's own options at the values that
-# mean "without them" (every entry averaged over the clients holding it, no
-# personal heads, no self-distillation), which the engine does not read.
-SYNCHRONOUS_BASELINE = {'weighting': 'holders', 'personal_heads': False,
-                        'lambda_kd': 0.0, 'mu': 1.0, 't_clk': 0.0}
+# What every baseline of Co-S²P's tables fixes, as dotted 'section.key':
+# synchronous rounds (clock.mu = 1, clock.t_clk = 0; their RU < 100%), and
+# Co-S²P's own options at the values that mean "without them" (every entry
+# averaged over the clients holding it, no personal heads, no
+# self-distillation), which the engine does not read.
+SYNCHRONOUS_BASELINE = {'cos2p.weighting': 'holders',
+                        'cos2p.personal_heads': False, 'cos2p.lambda_kd': 0.0,
+                        'clock.mu': 1.0, 'clock.t_clk': 0.0}
 
 
 # The `cos2p` keys the engine's own code reads; a method adds those its code
@@ -132,9 +135,21 @@ SYNCHRONOUS_BASELINE = {'weighting': 'holders', 'personal_heads': False,
 # value other than its default, is refused in one line (`fix_options`).
 ENGINE_KEYS = frozenset({
     'budgets', 'device_types', 'width_depth_ratio', 'depth_offset',
-    'width_masks', 'optimizer', 'epochs', 'mu', 't_clk', 'tau_max',
-    'client_seconds', 'jitter', 'bandwidth_bps', 'device_speeds',
+    'width_masks', 'optimizer', 'epochs', 'bandwidth_bps', 'device_speeds',
     'speed_scale'})
+
+# The `clock` keys every ViT method reads (Alg. 1's μ, T_clk, τ_max and the
+# round times); `clock.staleness_weight` / `staleness_exponent` are the
+# generic clock part's, refused here: Co-S²P weighs stale updates by its own
+# Eq. 4 (`cos2p.weighting`), the baselines over holders.
+CLOCK_KEYS = frozenset({'mu', 't_clk', 'tau_max', 'client_seconds', 'jitter'})
+
+# The sections a ViT method reads, with the keys it reads of each (`cos2p`:
+# the method's `reads_keys`) and why it does not read the others.
+_SECTIONS = {'cos2p': (Cos2pOptions, "it is Co-S²P's own or another ViT "
+                       "method's"),
+             'clock': (clock_part.ClockOptions, "the ViT methods weigh stale "
+                       "updates by their own rule, Co-S²P's cos2p.weighting")}
 
 
 def kept_units(count: int, rate: jax.Array) -> jax.Array:
@@ -172,11 +187,16 @@ class VitOnClock(FederatedAlgorithm):
   aggregated over holders (module docstring). Methods subclass it with
   their own client program, state and server rule."""
 
-  option_groups = (Cos2pOptions,)
+  # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
+  # the engine builds its schedule itself (`make_schedule`, with the
+  # analytic cost model), so the base class's generic clock part is not
+  # built (`_clock_part` returns None).
+  option_groups = (Cos2pOptions, clock_part.ClockOptions)
   schedule_depends_on_rounds = True
-  # Options the method fixes (a config setting one of them to another value
-  # is refused, `fix_options`), and whether its clients train the full depth
-  # at width R_w (no frozen or pruned blocks).
+  # Options the method fixes, as dotted 'section.key' of its sections (a
+  # config setting one of them to another value is refused,
+  # `fix_options`), and whether its clients train the full depth at width
+  # R_w (no frozen or pruned blocks).
   fixed_options: dict = {}
   # The `cos2p` keys the method reads (ENGINE_KEYS and its own).
   reads_keys: frozenset = ENGINE_KEYS
@@ -186,30 +206,41 @@ class VitOnClock(FederatedAlgorithm):
 
   @classmethod
   def fix_options(cls, config):
-    """`config` with the method's `fixed_options` written into its cos2p
-    section (a copy); a fixed option that `config` sets to another value than
-    its default is refused, never overwritten, and so is a key the method
-    neither reads (`reads_keys`) nor fixes."""
-    defaults = Cos2pOptions.defaults()
-    for key, default in defaults.items():
-      value = config.cos2p[key]
-      if key in cls.fixed_options or key in cls.reads_keys or same_value(
-          value, default):
-        continue
-      raise ConfigError(
-          f'cos2p.{key} = {value!r} is set, but {cls.name} does not read it '
-          "(it is Co-S²P's own or another ViT method's); leave it unset.")
+    """`config` with the method's `fixed_options` ('section.key') written
+    into their sections (a copy); a fixed option that `config` sets to
+    another value than its default is refused, never overwritten, and so is
+    a key of its sections (`cos2p`, `clock`) the method neither reads
+    (`reads_keys`, CLOCK_KEYS) nor fixes."""
+    reads = {'cos2p': cls.reads_keys, 'clock': CLOCK_KEYS}
+    for section, (group, reason) in _SECTIONS.items():
+      for key, default in group.defaults().items():
+        value = config[section][key]
+        if (f'{section}.{key}' in cls.fixed_options or
+            key in reads[section] or same_value(value, default)):
+          continue
+        raise ConfigError(
+            f'{section}.{key} = {value!r} is set, but {cls.name} does not '
+            f'read it ({reason}); leave it unset.')
     if not cls.fixed_options:
       return config
-    for key, fixed in cls.fixed_options.items():
-      value = config.cos2p[key]
-      if not (same_value(value, defaults[key]) or same_value(value, fixed)):
-        raise ConfigError(
-            f'{cls.name} fixes cos2p.{key} = {fixed!r}, got {value!r}; leave '
-            f'it unset (cos2p trains with it).')
     resolved = config.copy_and_resolve_references()
-    resolved.cos2p.update(cls.fixed_options)
+    for dotted, fixed in cls.fixed_options.items():
+      section, key = dotted.split('.')
+      value = config[section][key]
+      default = _SECTIONS[section][0].defaults()[key]
+      if not (same_value(value, default) or same_value(value, fixed)):
+        raise ConfigError(
+            f'{cls.name} fixes {dotted} = {fixed!r}, got {value!r}; leave '
+            f'it unset ({cls.name} trains with it).')
+      resolved[section][key] = fixed
     return resolved
+
+  @classmethod
+  def fixed_in(cls, section: str) -> dict:
+    """{key: value} of the `fixed_options` in `section`."""
+    return {dotted.split('.')[1]: value
+            for dotted, value in cls.fixed_options.items()
+            if dotted.split('.')[0] == section}
 
   def __init__(self, config, model, data):
     if not isinstance(model, vit.ViT):
@@ -227,7 +258,9 @@ class VitOnClock(FederatedAlgorithm):
           f'clients_per_round must equal num_clients ({config.num_clients}), '
           f'got {config.clients_per_round}.')
     self.options = dataclasses.replace(Cos2pOptions.from_config(config),
-                                       **self.fixed_options)
+                                       **self.fixed_in('cos2p'))
+    self.clock_options = dataclasses.replace(
+        clock_part.ClockOptions.from_config(config), **self.fixed_in('clock'))
     super().__init__(config, model, data)
     n, o = self.num_clients, self.options
     self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
@@ -255,12 +288,19 @@ class VitOnClock(FederatedAlgorithm):
     self.schedule = self.make_schedule()
 
   # ---- the virtual clock -----------------------------------------------------
+  def _clock_part(self, config):
+    """None: the engine builds its own schedule from the `clock` section
+    (`make_schedule`, the analytic cost model), not the base class's
+    generic clock part (`local_steps` seconds per round)."""
+    del config
+    return None
+
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""
     m, (height, width, channels) = self.model, self.data_shape
     if height != width:
       raise ConfigError(f'the analytic clock models square images, got '
-                        f'{self.data_shape}; set cos2p.client_seconds.')
+                        f'{self.data_shape}; set clock.client_seconds.')
     return vit_cost.ViTShape(
         depth=m.depth, hidden=m.hidden, mlp=m.mlp, heads=m.heads,
         patch=m.patch, image=height, channels=channels,
@@ -288,9 +328,9 @@ class VitOnClock(FederatedAlgorithm):
     `client_seconds`, or the analytic model (`systems.vit_cost.round_seconds`)
     of `cost_submodel` on the client's device type."""
     o, rounds = self.options, self.config.rounds
-    if o.client_seconds:
-      seconds = per_client('cos2p.client_seconds', o.client_seconds,
-                           self.num_clients)
+    if self.clock_options.client_seconds:
+      seconds = per_client('clock.client_seconds',
+                           self.clock_options.client_seconds, self.num_clients)
       return clock.fixed_durations([[s] * rounds for s in seconds])
     shape = self.cost_shape()
     devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
@@ -314,12 +354,12 @@ class VitOnClock(FederatedAlgorithm):
   def round_durations(self) -> clock.Duration:
     """What the clock charges a dispatch: `client_round_seconds` with the
     lognormal jitter."""
-    return clock.with_jitter(self.client_round_seconds(), self.options.jitter,
-                             self.config.seed)
+    return clock.with_jitter(self.client_round_seconds(),
+                             self.clock_options.jitter, self.config.seed)
 
   def make_schedule(self) -> clock.Schedule:
     """The clock over all rounds (`systems.clock.simulate`)."""
-    o = self.options
+    o = self.clock_options
     return clock.simulate(self.round_durations(), num_clients=self.num_clients,
                           rounds=self.config.rounds, mu=o.mu, t_clk=o.t_clk,
                           tau_max=None if o.tau_max < 0 else o.tau_max)

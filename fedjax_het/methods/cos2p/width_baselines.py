@@ -20,18 +20,18 @@ class FedAvgFull(VitOnClock):
   """FedAvg (Full) on the clock: every client trains the whole ViT each
   synchronous round and the server averages them (`aggregation_weights`)."""
   name = 'vit_fedavg'
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'full'}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'full'}
 
 
 class FedRolexVit(VitOnClock):
   """FedRolex's rolling heads and rows at full depth (module docstring)."""
   name = 'vit_fedrolex'
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'rolling'}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling'}
 
 
 class RamFed(VitOnClock):
   """RAM-Fed's random heads and rows at full depth (module docstring)."""
   name = 'ram_fed'
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'width_masks': 'random'}
+  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'random'}
