@@ -78,7 +78,6 @@ ON = {
     'unequal work': {'systems.local_work': (1,) * (NUM_CLIENTS // 2) + (
         LOCAL_STEPS,) * (NUM_CLIENTS - NUM_CLIENTS // 2)},
     'virtual clock': {'clock.mu': 0.25},       # ⌈μN⌉ = 2 of 6 per round
-    "Co-S²P's clock": {'cos2p.mu': 0.25},
     # Two edge rounds besides the cells: with one edge round, equal cells
     # and FedAvg's weights the cloud mean is the flat mean to rounding
     # (test_cells_part.test_two_cells_one_edge_round_is_flat_fedavg), so
@@ -97,14 +96,12 @@ NEUTRAL = {
     'lossy links': {'systems.q': (0.0,) * NUM_CLIENTS},
     'unequal work': {'systems.local_work': (LOCAL_STEPS,) * NUM_CLIENTS},
     # μ = 1, T_clk = 0, no staleness weight: every round is FedAvg's with
-    # K = N (parts/clock.py); the jitter only moves the virtual times.
+    # K = N (parts/clock.py), Co-S²P's synchronous; the jitter only moves
+    # the virtual times.
     'virtual clock': {'clock.mu': 1.0, 'clock.t_clk': 0.0,
                       'clock.jitter': 0.5},
-    # Co-S²P always runs on its clock; μ = 1 and T_clk = 0 (the defaults)
-    # make it synchronous, where the jitter of the times changes nothing.
-    "Co-S²P's clock": {'cos2p.mu': 1.0, 'cos2p.t_clk': 0.0,
-                       'cos2p.jitter': 0.5},
-    # One cell, one edge round and OMA are the defaults, and any other
+    # One cell, one edge round and OMA are the defaults (an explicit 1 for
+    # num_cells / edge_rounds resolves to the same config), and any other
     # hierarchy key set while the part is off is refused in one line
     # (parts.cells.refuse_unread_keys): test_cells_part checks the explicit
     # defaults.
