@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_het import cli, plots, run, workdir as workdir_lib
+from fedjax_het import config as config_lib
 from fedjax_het.checkpoint import CheckpointError
 from fedjax_het.config import ConfigError
 from fedjax_het.workdir import WorkdirError
@@ -228,7 +229,8 @@ def scalefl_args(rounds):
 
 def test_scalefl_refuses_a_resume_that_changes_rounds(tmp_path, capsys):
   config, _ = cli.resolve(scalefl_args(2))
-  (tmp_path / 'config.json').write_text(config.to_json())
+  # What the trainer writes: the config resolved by its method.
+  (tmp_path / 'config.json').write_text(config_lib.resolve(config).to_json())
   code = cli.main(scalefl_args(4) + [f'--workdir={tmp_path}'])
   err = one_line_error(capsys, code, 2)
   assert 'scalefl' in err and 'rounds=4' in err
