@@ -311,8 +311,7 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
   # section, a new option) count as their defaults; keys removed since are
   # left out (`_known_keys`), after the revision's refusal.
   stored = dict(stored)
-  refusal = key_streams.resume_refusal(
-      stored.pop(_REVISION_KEY, 1), config.algorithm, config.augment)
+  refusal = key_streams.resume_refusal(stored.pop(_REVISION_KEY, 1), config)
   if refusal:
     raise config_lib.ConfigError(
         f'workdir {workdir} holds a run that cannot resume bit-identically: '

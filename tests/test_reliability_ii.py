@@ -145,17 +145,39 @@ def test_a_run_of_older_key_streams_resumes_only_where_its_draws_are_unchanged(
   assert '\n' not in str(raised.value)
 
 
+def method_config(algorithm: str, **systems):
+  """The base config of `algorithm`, with `systems` keys set."""
+  config = config_lib.base_config()
+  config.algorithm = algorithm
+  config.systems.update(systems)
+  return config
+
+
+def test_a_run_with_availability_before_revision_5_is_refused():
+  """Revision 5 orders the online clients by the permutation of sampling
+  without replacement: a run with availability draws other cohorts, one
+  without it the same."""
+  assert key_streams.resume_refusal(4, method_config(
+      'fedavg', availability='diurnal')) == (
+          'it was trained with key streams revision 4, and '
+          'systems.availability=diurnal draws its cohort among the online '
+          'clients differently since revision 5 (core/key_streams.py)')
+  assert key_streams.resume_refusal(4, method_config('fedavg')) is None
+  assert key_streams.resume_refusal(5, method_config(
+      'fedavg', availability='bernoulli')) is None
+
+
 def test_a_vit_baseline_run_before_its_smaller_client_state_is_refused():
   """Revision 3 dropped Co-S²P's client rows from the synchronous ViT
   baselines: their revision-2 checkpoints are refused, Co-S²P's resume."""
-  assert key_streams.resume_refusal(2, 'vit_fedrolex', 'none') == (
+  assert key_streams.resume_refusal(2, method_config('vit_fedrolex')) == (
       'it was trained with key streams revision 2, and vit_fedrolex keeps a '
       'smaller client state since revision 3 (core/key_streams.py)')
-  assert key_streams.resume_refusal(3, 'cos2p', 'none') == (
+  assert key_streams.resume_refusal(3, method_config('cos2p')) == (
       'it was trained with key streams revision 3, and cos2p reads its clock '
       'from the clock section since revision 4 (core/key_streams.py)')
-  assert key_streams.resume_refusal(3, 'fedavg', 'none') is None
-  assert key_streams.resume_refusal(4, 'vit_fedrolex', 'none') is None
+  assert key_streams.resume_refusal(3, method_config('fedavg')) is None
+  assert key_streams.resume_refusal(4, method_config('vit_fedrolex')) is None
 
 
 VIT_METHODS = ('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm',
@@ -168,12 +190,11 @@ def test_a_vit_run_with_its_clock_in_the_cos2p_section_is_refused(tmp_path):
   shared clock section: a run whose config.json holds cos2p.mu is refused
   in one line (first, before its config is compared), never resumed with
   other values; every ViT method, and only those, changed."""
-  assert key_streams.REVISION == 4
   assert set(key_streams.CHANGED[4][0]) == set(VIT_METHODS) == {
       name for name, cls in methods.ALGORITHMS.items()
       if 'cos2p' in {g.key for g in cls.option_groups}}
   for name in VIT_METHODS:
-    assert key_streams.resume_refusal(3, name, 'none').endswith(
+    assert key_streams.resume_refusal(3, method_config(name)).endswith(
         f'and {name} reads its clock from the clock section since revision 4 '
         '(core/key_streams.py)')
   config = config_lib.base_config()

@@ -64,38 +64,56 @@ import enum
 import jax
 
 # The table's revision. A run records it beside its config (config.json and its
-# checkpoints, `run.run_record`); resuming a run of an earlier revision with a
-# method whose draws (or checkpointed state) changed since is refused
-# (`resume_refusal`), never continued with other draws.
-REVISION = 4
-# revision -> (methods that changed in it, augmentations that did, how).
+# checkpoints, `run.run_record`); resuming a run of an earlier revision whose
+# draws (or checkpointed state) changed since is refused (`resume_refusal`),
+# never continued with other draws.
+REVISION = 5
+# revision -> (methods that changed in it, {dotted config key: values under
+# which a run changed}, how).
 CHANGED = {
     2: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
          'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit', 'fsl_oc',
-         'fjord'), ('crop24_jitter',), 'draws differently'),
+         'fjord'), {'augment': ('crop24_jitter',)}, 'draws differently'),
     # The ViT baselines on `VitOnClock` no longer keep Co-S²P's client rows
     # (mask logits, masks, personal heads): their draws are unchanged, but an
     # older checkpoint's state has rows the method no longer restores into.
     3: (('vit_fedavg', 'vit_fedrolex', 'ram_fed', 'vit_fedavg_platon',
-         'vit_fedavg_qvit'), (), 'keeps a smaller client state'),
+         'vit_fedavg_qvit'), {}, 'keeps a smaller client state'),
     # The ViT methods read their virtual clock (μ, T_clk, τ_max, client
     # seconds, jitter) from the shared `clock` section, no longer from
     # `cos2p.*`: their draws are unchanged, but an older run's config holds
     # its clock in keys that no longer exist, and is not resumed with others.
     4: (('cos2p', 'vit_fedavg', 'vit_fedrolex', 'ram_fed', 'fedpm', 'prunefl',
-         'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit'), (),
+         'vit_fedavg_platon', 'vit_fedavg_qvit', 'vit_fedavg_adavit'), {},
         'reads its clock from the clock section'),
+    # `sampling.uniform_among` orders the online clients by the permutation
+    # `uniform_without_replacement` draws (so that P(online) = 1 is the run
+    # without availability): a run with availability draws other cohorts.
+    5: ((), {'systems.availability': ('bernoulli', 'diurnal', 'trace')},
+        'draws its cohort among the online clients differently'),
 }
 
 
-def resume_refusal(stored_revision: int, algorithm: str,
-                   augment: str) -> str | None:
-  """Why a run recorded at `stored_revision` cannot resume bit-identically
-  under this revision, or None when the method's draws are unchanged."""
+def _value(config, dotted: str):
+  """`config`'s value at a dotted key ('systems.availability')."""
+  for name in dotted.split('.'):
+    config = config[name]
+  return config
+
+
+def resume_refusal(stored_revision: int, config) -> str | None:
+  """Why a run of `config` recorded at `stored_revision` cannot resume
+  bit-identically under this revision, or None when its draws are
+  unchanged."""
   for revision in range(stored_revision + 1, REVISION + 1):
-    changed_methods, changed_augments, how = CHANGED[revision]
-    if algorithm in changed_methods or augment in changed_augments:
-      what = algorithm if algorithm in changed_methods else f'augment={augment}'
+    changed_methods, changed_options, how = CHANGED[revision]
+    if config['algorithm'] in changed_methods:
+      what = config['algorithm']
+    else:
+      what = next((f'{key}={_value(config, key)}' for key, values in
+                   changed_options.items() if _value(config, key) in values),
+                  None)
+    if what:
       return (f'it was trained with key streams revision {stored_revision}, '
               f'and {what} {how} since revision {revision} '
               '(core/key_streams.py)')
