@@ -82,6 +82,7 @@ class Workload:
   batch_size: int
   algorithm: str = 'fedavg'
   num_classes: int = 10
+  map_chunk_size: int = 0   # clients vmapped together in lax.map (backend map)
 
 
 WORKLOADS = {
@@ -182,7 +183,7 @@ def workload_config(workload: Workload, backend: str = 'auto', algorithm: str = 
       clients_per_round=workload.cohort, local_steps=workload.local_steps,
       batch_size=workload.batch_size, client_lr=0.01, backend=backend,
       client_devices=client_devices, aggregation_weights='uniform', partition='iid',
-      dataset='synthetic', seed=0))
+      dataset='synthetic', seed=0, map_chunk_size=workload.map_chunk_size))
   config.dataset_options = dict(
       num_train=workload.num_clients * workload.examples_per_client,
       num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
@@ -403,6 +404,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--num-clients', type=int, help='clients in the federation')
   parser.add_argument('--cohort', type=int, help='clients per round')
   parser.add_argument('--local-steps', type=int)
+  parser.add_argument('--map-chunk-size', type=int,
+                      help='with --backend map: clients vmapped together inside '
+                      'lax.map (default: one at a time)')
   parser.add_argument('--conv-impl', default='', choices=('', 'auto', 'xla', 'im2col'),
                       help="convolutions of the workload's model (default: auto)")
   parser.add_argument('--client-devices', type=int, default=0,
@@ -485,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     result = benchmark(args.workload, args.backend, args.rounds, args.algorithm,
                        args.client_devices, args.conv_impl, args.stream,
                        args.feature_dtype, num_clients=args.num_clients,
-                       cohort=args.cohort, local_steps=args.local_steps)
+                       cohort=args.cohort, local_steps=args.local_steps,
+                       map_chunk_size=args.map_chunk_size)
   except ValueError as e:
     print(f'fedjax-het bench: error: {e}', file=sys.stderr)
     return 2

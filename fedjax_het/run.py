@@ -373,6 +373,11 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   device with it is a ConfigError.
   """
   backend = resolve_backend(config.backend)
+  if config.map_chunk_size and backend != 'map':
+    raise config_lib.ConfigError(
+        f'map_chunk_size={config.map_chunk_size} is read by backend map only, '
+        f'and backend {config.backend!r} runs {backend} on '
+        f'{jax.default_backend()}; set backend=map or leave it 0.')
   if backend in COMPILED_BACKENDS:
     devices = config.client_devices or max(
         d for d in range(1, jax.device_count() + 1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedjax_het import cli, run
+from fedjax_het import config as config_lib
 from fedjax_het.config import base_config
 
 QUICKSTART = os.path.join(os.path.dirname(cli.DEFAULT_CONFIG), 'quickstart.py')
@@ -211,3 +212,19 @@ def test_a_tfds_dataset_runs_end_to_end_from_data_dir(tmp_path):
     summary = run.train(config, str(tmp_path / 'run'))
   assert summary['dataset'] == 'mnist' and summary['model'] == 'lenet5'
   assert summary['num_params'] == 61_706  # LeNet-5 on 28×28×1, 10 classes
+
+
+@pytest.mark.parametrize('backend', ['vmap', 'sequential'])
+def test_a_map_chunk_size_outside_the_map_backend_is_refused(backend):
+  """map_chunk_size is read by the map backend alone; under another it was
+  accepted and ignored."""
+  config = quick_config(backend=backend, map_chunk_size=4)
+  split, _, params, algorithm = run.build_experiment(config)
+  del split, params
+  with pytest.raises(config_lib.ConfigError) as raised:
+    run.make_runner(config, algorithm)
+  assert str(raised.value).startswith(
+      f'map_chunk_size=4 is read by backend map only, and backend '
+      f"'{backend}' runs {backend} on ")
+  assert run.make_runner(quick_config(backend='map', map_chunk_size=4),
+                         algorithm).map_chunk_size == 4
