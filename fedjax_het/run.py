@@ -375,9 +375,9 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   backend = resolve_backend(config.backend)
   if config.map_chunk_size and backend != 'map':
     raise config_lib.ConfigError(
-        f'map_chunk_size={config.map_chunk_size} is read by backend map only, '
-        f'and backend {config.backend!r} runs {backend} on '
-        f'{jax.default_backend()}; set backend=map or leave it 0.')
+        f'map_chunk_size={config.map_chunk_size} is read by backends map and '
+        f'auto only, got backend {config.backend!r}; set backend=map or leave '
+        'it 0.')
   if backend in COMPILED_BACKENDS:
     devices = config.client_devices or max(
         d for d in range(1, jax.device_count() + 1)
@@ -397,7 +397,7 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
         f'clients_per_round={config.clients_per_round} cannot be split evenly '
         f'over {mesh.devices.size} devices; use a multiple of '
         f'{mesh.devices.size} or set client_devices.')
-  return RoundRunner(algorithm, backend, config.map_chunk_size, mesh)
+  return RoundRunner(algorithm, config.backend, config.map_chunk_size, mesh)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict:

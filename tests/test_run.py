@@ -223,8 +223,9 @@ def test_a_map_chunk_size_outside_the_map_backend_is_refused(backend):
   del split, params
   with pytest.raises(config_lib.ConfigError) as raised:
     run.make_runner(config, algorithm)
-  assert str(raised.value).startswith(
-      f'map_chunk_size=4 is read by backend map only, and backend '
-      f"'{backend}' runs {backend} on ")
-  assert run.make_runner(quick_config(backend='map', map_chunk_size=4),
-                         algorithm).map_chunk_size == 4
+  assert str(raised.value) == (
+      'map_chunk_size=4 is read by backends map and auto only, got backend '
+      f"'{backend}'; set backend=map or leave it 0.")
+  for read_by in ('map', 'auto'):
+    assert run.make_runner(quick_config(backend=read_by, map_chunk_size=4),
+                           algorithm).map_chunk_size == 4

@@ -13,7 +13,7 @@
 # Env:
 #   RESULTS         JSON-lines file the results are appended to (default: bench_results.jsonl).
 #   ROUNDS          timed rounds per workload, after a compiling warm-up round (default: 10).
-#   BACKEND         auto | vmap | map | sequential (default: auto = vmap on GPU/TPU).
+#   BACKEND         auto | vmap | map | sequential (default: auto = map, chunks of 128 on GPU/TPU).
 #   CLIENT_DEVICES  devices each cohort is sharded over (default: 1, one device). 0 = as many
 #                   visible devices as divide the cohort (50, 500, W-FIARSE's 10) evenly.
 #   FEDJAX_HET      the command (default: fedjax-het).

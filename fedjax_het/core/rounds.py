@@ -71,7 +71,8 @@ class RoundRunner:
     algorithm: a `RoundAlgorithm`.
     backend: one of `backends.BACKENDS` ('auto' is resolved here).
     map_chunk_size: clients vmapped together inside `lax.map` (backend 'map');
-      0 or None maps one client at a time.
+      0 or None maps one client at a time, or, with backend 'auto',
+      `backends.auto_chunk_size()` at a time (CPU: one; accelerators: 128).
     mesh: a one-axis device mesh to shard the cohort over (compiled backends
       only), or None for one device.
   """
@@ -79,6 +80,8 @@ class RoundRunner:
   def __init__(self, algorithm: RoundAlgorithm, backend: str = 'vmap',
                map_chunk_size: int | None = None,
                mesh: jax.sharding.Mesh | None = None):
+    if backend == 'auto' and not map_chunk_size:
+      map_chunk_size = backends.auto_chunk_size()
     backend = backends.resolve_backend(backend)
     if mesh is not None and backend not in backends.COMPILED_BACKENDS:
       raise ValueError(
