@@ -2,14 +2,23 @@
 
 On a shared machine whose speed drifts by tens of percent between processes, the
 ratio of two variants timed in turns in one process is the measured quantity
-(`method_ratios.py`, `cpu_lowering.py`).
+(`method_ratios.py`, `cost_of_realism.py`, `cpu_lowering.py`).
 """
 import time
 from typing import Any, Callable
 
 import numpy as np
 
-from fedjax_het import bench
+from fedjax_het import bench, run
+
+
+def one_round(config) -> tuple[Callable[[Any], Any], Any]:
+  """(step, state) of the run of `config`: `step(state)` runs one round on its
+  data, placed once; `state` is `bench.initial_state`."""
+  split, _, params, method = run.build_experiment(config)
+  runner = run.make_runner(config, method)
+  data = runner.place(split.train.to_device())
+  return lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)
 
 
 def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: int,

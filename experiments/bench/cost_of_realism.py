@@ -24,7 +24,7 @@ import dataclasses
 import alternation
 import jax
 
-from fedjax_het import bench, run
+from fedjax_het import bench
 
 VARIANTS = {
     'FedAvg': {},
@@ -51,14 +51,6 @@ def variant_config(workload: bench.Workload, changes: dict):
   return config
 
 
-def build(config) -> tuple:
-  """(step, state) of one variant: `step(state)` runs one round."""
-  split, _, params, method = run.build_experiment(config)
-  runner = run.make_runner(config, method)
-  data = runner.place(split.train.to_device())
-  return lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--workload', default='W-MLP', choices=sorted(bench.WORKLOADS))
@@ -68,7 +60,7 @@ def main():
   args = parser.parse_args()
   workload = dataclasses.replace(bench.WORKLOADS[args.workload],
                                  num_clients=args.num_clients, cohort=args.num_clients)
-  variants = {name: build(variant_config(workload, changes))
+  variants = {name: alternation.one_round(variant_config(workload, changes))
               for name, changes in VARIANTS.items()}
   wall, cpu = alternation.alternate(variants, args.repeats, args.rounds)
   print(f'{args.workload}, {workload.num_clients} clients, all in every cohort, '

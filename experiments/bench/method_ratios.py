@@ -4,7 +4,7 @@ Command:  python experiments/bench/method_ratios.py [--workload W-MLP]
             [--algorithms fedavg,fiarse,heterofl,pruning_greedy] [--num-clients 0]
             [--repeats 4] [--rounds 15] [--cpu-devices 2]
 
-Builds every method's federation on the workload (`bench.build_federation`,
+Builds every method's federation on the workload (`bench.workload_config`,
 the default path unless `--cpu-devices` says otherwise), compiles each, then
 times `--rounds` rounds of each method in turn, `--repeats` times over. A
 method's number is the median over repeats of its per-repeat median s/round,
@@ -26,13 +26,6 @@ from fedjax_het import bench
 from fedjax_het.core import sharding
 
 
-def build(workload: bench.Workload, algorithm: str) -> tuple:
-  """(step, state) of one method: `step(state)` runs one round."""
-  split, _, params, method, runner = bench.build_federation(workload, 'auto', algorithm)
-  data = runner.place(split.train.to_device())
-  return lambda s: runner.run(s, data, 1)[0], bench.initial_state(method, runner, params)
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--workload', default='W-MLP', choices=sorted(bench.WORKLOADS))
@@ -47,8 +40,9 @@ def main():
   if args.num_clients:
     workload = dataclasses.replace(workload, num_clients=args.num_clients)
   names = args.algorithms.split(',')
-  wall, cpu = alternation.alternate({name: build(workload, name) for name in names},
-                                    args.repeats, args.rounds)
+  wall, cpu = alternation.alternate(
+      {name: alternation.one_round(bench.workload_config(workload, 'auto', name))
+       for name in names}, args.repeats, args.rounds)
   print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
         f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
         '(s: per round)')
