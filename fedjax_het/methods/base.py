@@ -335,10 +335,10 @@ class FederatedAlgorithm:
     """The cells the method runs in, or None: the method does not read
     `config.hierarchy`, or the section asks for none. In cells the cells are
     the aggregation segments, and OMA's edge sums are added up in the map."""
-    if cells_lib.HierarchyOptions in self.option_groups:
-      config = cells_lib.with_method_defaults(config, self.cell_defaults)
-    if cells_lib.HierarchyOptions not in self.option_groups or not (
-        self.always_in_cells or cells_lib.is_on(config.hierarchy)):
+    if cells_lib.HierarchyOptions not in self.option_groups:
+      return None
+    config = cells_lib.with_method_defaults(config, self.cell_defaults)
+    if not (self.always_in_cells or cells_lib.is_on(config.hierarchy)):
       return None
     if self.clock is not None or self.availability is not None:
       raise ConfigError(

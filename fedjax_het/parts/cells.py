@@ -339,9 +339,12 @@ class Cells:
   def draw_scale(self, plans: ClientPlan) -> jax.Array:
     """float [N]: Σ_{k∈j} w_k / K_j, the factor from cell j's weighted mean
     to its rule-(3) step (0 for a cell without draws)."""
-    weight = aggregation.segment_sum(plans.active_weight(), plans.group,
-                                     self.num_cells)
-    return aggregation.ratio(weight, self.cell_draws(plans))
+    return aggregation.ratio(self.cell_weights(plans), self.cell_draws(plans))
+
+  def cell_weights(self, plans: ClientPlan) -> jax.Array:
+    """float [N]: Σ_{k∈j} w_k, each cell's total active client weight."""
+    return aggregation.segment_sum(plans.active_weight(), plans.group,
+                                   self.num_cells)
 
   def cell_draws(self, plans: ClientPlan) -> jax.Array:
     """float [N]: K_j, the active slots (draws) of each cell."""
@@ -421,9 +424,8 @@ class Cells:
     # the cohort's segment sums are those of one row per cell weighted by
     # the cell's total client weight, or under 'draws' its draws K_j (no
     # [K, ...] copy of the edge models).
-    cell_weight = self.cell_draws(plans) if self.edge_rule == 'draws' else (
-        aggregation.segment_sum(plans.active_weight(), plans.group,
-                                self.num_cells))
+    cell_weight = (self.cell_draws(plans) if self.edge_rule == 'draws' else
+                   self.cell_weights(plans))
     cells = jnp.arange(self.num_cells)
     delta_sums = aggregation.segment_sums(
         moved, cell_weight, cells, self.num_cells, self.held_masks(plans),
