@@ -265,36 +265,24 @@ def _read_config_json(path: str) -> dict:
   return previous
 
 
-def _with_defaults(stored: dict, defaults: dict) -> dict:
-  """`stored` with the keys it lacks filled from `defaults`, recursively
-  into sections (not into open dicts such as model_options, whose keys are
-  the run's own)."""
-  filled = dict(stored)
+def _on_library_keys(stored: dict, defaults: dict) -> dict:
+  """`stored` on the keys the library has now, recursively into sections
+  (not into open dicts such as model_options, whose keys are the run's own):
+  a key it lacks (a section or option added since) takes its default, and a
+  key the library no longer has is left out. A method that read a removed
+  key is refused by its key streams revision first (`key_streams.CHANGED`),
+  so such a key was not read by the run (e.g. `cos2p.mu` under FedAvg
+  before revision 4)."""
+  aligned = {}
   for key, default in defaults.items():
-    if key not in filled:
-      filled[key] = default
+    if key not in stored:
+      aligned[key] = default
     elif (isinstance(default, dict) and default and
-          isinstance(filled[key], dict) and key not in config_lib.OPEN_DICTS):
-      filled[key] = _with_defaults(filled[key], default)
-  return filled
-
-
-def _known_keys(stored: dict, defaults: dict) -> dict:
-  """`stored` without the keys the library no longer has, recursively into
-  sections (not into open dicts): a method that read a removed key is
-  refused by its key streams revision first (`key_streams.CHANGED`), so a
-  removed key left here was not read by the run (e.g. `cos2p.mu` under
-  FedAvg before revision 4)."""
-  kept = {}
-  for key, value in stored.items():
-    if key not in defaults:
-      continue
-    default = defaults[key]
-    if (isinstance(default, dict) and default and isinstance(value, dict) and
-        key not in config_lib.OPEN_DICTS):
-      value = _known_keys(value, default)
-    kept[key] = value
-  return kept
+          isinstance(stored[key], dict) and key not in config_lib.OPEN_DICTS):
+      aligned[key] = _on_library_keys(stored[key], default)
+    else:
+      aligned[key] = stored[key]
+  return aligned
 
 
 def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
@@ -309,7 +297,7 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
     return
   # Keys added to the library since the run started (a new method's
   # section, a new option) count as their defaults; keys removed since are
-  # left out (`_known_keys`), after the revision's refusal.
+  # left out (`_on_library_keys`), after the revision's refusal.
   stored = dict(stored)
   refusal = key_streams.resume_refusal(stored.pop(_REVISION_KEY, 1), config)
   if refusal:
@@ -317,7 +305,7 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
         f'workdir {workdir} holds a run that cannot resume bit-identically: '
         f'{refusal}; use a new --workdir.')
   base = json.loads(config_lib.base_config().to_json())
-  previous = _with_defaults(_known_keys(stored, base), base)
+  previous = _on_library_keys(stored, base)
   current = json.loads(config.to_json())
   resumable = _RESUMABLE_CHANGES
   method = methods.ALGORITHMS.get(config.algorithm)
