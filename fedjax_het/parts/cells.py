@@ -153,9 +153,11 @@ CELL_KEYS = ('num_cells', 'cell_sizes', 'edge_rounds', 'cloud_weights',
              'edge_channel')
 # How an edge server combines its clients' deltas (module docstring).
 EDGE_RULES = ('mean', 'draws')
-AIRCOMP_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
-                'beamformer_inner_steps', 'slow_cells', 'snr_db_slow',
-                'snr_db_fast', 'antennas')
+# The AirComp channel's own keys; HIST's OMA rates read the others too.
+AIRCOMP_ONLY_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
+                     'beamformer_inner_steps')
+AIRCOMP_KEYS = AIRCOMP_ONLY_KEYS + ('slow_cells', 'snr_db_slow', 'snr_db_fast',
+                                    'antennas')
 
 
 # `num_cells` / `edge_rounds` at 0 mean the method's default; a method that
@@ -186,6 +188,15 @@ def is_on(section: ml_collections.ConfigDict) -> bool:
           section.edge_channel == 'aircomp')
 
 
+def aircomp_key_refusal(key: str, value, method: str) -> ConfigError:
+  """The one-line refusal of an AirComp key `hierarchy.<key>` set under
+  OMA for `method`."""
+  return ConfigError(
+      f'hierarchy.{key} = {value!r} is set, but {method} reads it only with '
+      "hierarchy.edge_channel='aircomp' (OMA edge sums are exact); leave it "
+      'unset.')
+
+
 def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
                        readers: str, edge_rule: str = 'mean',
                        cell_defaults: dict = FLAT) -> None:
@@ -214,8 +225,7 @@ def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
                         'weighs the cells by their draws K_j/K; leave it '
                         'unset.')
     if key in AIRCOMP_KEYS and key not in read:
-      raise ConfigError(f"{start} reads it only with hierarchy.edge_channel="
-                        "'aircomp' (OMA edge sums are exact); leave it unset.")
+      raise aircomp_key_refusal(key, value, method)
     if key not in read:
       raise ConfigError(
           f'{start} does not read it: edge weights, partition sizing and the '

@@ -60,9 +60,6 @@ from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
 
 PyTree = Any
-# Keys of the AirComp channel alone (the OMA rates read the SNRs and antennas).
-AIRCOMP_ONLY_KEYS = ('aircomp_noise', 'aircomp_power', 'beamformer_sca_steps',
-                     'beamformer_inner_steps')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,12 +125,9 @@ class HFedAvg(FedAvg):
     config = cells_lib.with_method_defaults(config, cls.cell_defaults)
     section, defaults = config.hierarchy, HierarchyOptions.defaults()
     if section.edge_channel != 'aircomp':
-      for key in AIRCOMP_ONLY_KEYS:
+      for key in cells_lib.AIRCOMP_ONLY_KEYS:
         if not same_value(section[key], defaults[key]):
-          raise ConfigError(
-              f'hierarchy.{key} = {section[key]!r} is set, but {cls.name} '
-              "reads it only with hierarchy.edge_channel='aircomp' (OMA edge "
-              'sums are exact); leave it unset.')
+          raise cells_lib.aircomp_key_refusal(key, section[key], cls.name)
     return config
 
   def __init__(self, config, model, data):
