@@ -1,5 +1,6 @@
 """HIST and HFedAvg on the engine: identities, a per-cell reference loop, accounting, bad input."""
 import functools
+import itertools
 import os
 
 import chex
@@ -215,6 +216,54 @@ def test_partitions_are_fresh_each_round_and_optimised_sizes_cut_latency():
   # the uniform 3/4 split under the same draws.
   assert sizes[0] < 3 and round_latency(sizes) < 0.8 * round_latency(
       np.asarray([3, 4]))
+
+
+def brute_force_sizes(cost, *, num_units, unit_params, shared_params, cap):
+  """Every split of `num_units` neurons into len(cost) cells of 1..cap, and
+  the least max_j c_j·(s + k_j·u) among them (Eq. (19a))."""
+  splits = [k for k in itertools.product(range(1, cap + 1), repeat=len(cost))
+            if sum(k) == num_units]
+  slowest = [np.max(cost * (shared_params + np.asarray(k) * unit_params))
+             for k in splits]
+  return min(slowest)
+
+
+@pytest.mark.parametrize('channel', ['oma', 'aircomp'])
+def test_optimised_sizes_solve_eq19_for_cells_in_any_speed_order(channel):
+  # 4 cells of 1, 2, 1, 2 clients; cells 0-1 compute at 0.5-0.6 GHz with
+  # 30 dB, cells 2-3 at 2-4 GHz with 40 dB: neither speed nor size is
+  # monotone in the cell index, so every cell's cost must be its own.
+  cells = dict(num_cells=4, cell_sizes=(1, 2, 1, 2), slow_cells=2,
+               cpu_ghz_slow=(0.5, 0.6), edge_channel=channel)
+  optimized, first, data = hierarchical('hist', hidden=(12,),
+                                        partition_sizes='optimized', **cells)
+  plan = jax.device_get(optimized.plan_round(first, data))
+  cell = np.repeat(np.arange(4), (1, 2, 1, 2))
+  np.testing.assert_array_equal(plan.group, cell)
+  # c_j of Eq. (17)/(35) by hand: the latency of a one-parameter submodel.
+  h, d, system = plan.num_steps, optimized.total_params, optimized.hierarchy.system
+  compute = h * system.cycles_per_step / (plan.extras['cpu_hz'] * d)
+  if channel == 'oma':
+    n_j = np.bincount(cell)[cell]
+    per_client = compute + n_j * system.bits_per_param / plan.extras['rate_bps']
+    cost = np.array([per_client[cell == j].max() for j in range(4)])
+  else:
+    cost = np.array([compute[cell == j].max() for j in range(4)]) + (
+        system.symbol_s * system.subcarrier_hz / system.bandwidth_hz)
+  group, layout = optimized.layout.groups[0], optimized.layout
+  sizes = np.stack([plan.mask_table['fc1']['bias'][j].sum() for j in range(4)])
+  assert sizes.sum() == 12 and sizes.min() >= 1 and sizes.max() <= optimized.size_cap
+  slowest = lambda k: np.max(cost * (layout.shared_params + k * group.unit_params))
+  np.testing.assert_allclose(slowest(sizes), brute_force_sizes(
+      cost, num_units=12, unit_params=group.unit_params,
+      shared_params=layout.shared_params, cap=optimized.size_cap), rtol=1e-6)
+  assert slowest(sizes) < slowest(np.full(4, 3))
+  # The simulated round latency (Eq. (18)) under the same draws: the
+  # optimised sizes are faster than the uniform 3/3/3/3.
+  uniform, state, _ = hierarchical('hist', hidden=(12,), **cells)
+  _, optimized_metrics = run(optimized, first, data, rounds=1)
+  _, uniform_metrics = run(uniform, state, data, rounds=1)
+  assert optimized_metrics['latency_s'][0] < uniform_metrics['latency_s'][0]
 
 
 def test_round_metrics_count_bytes_per_client_and_oma_latency():

@@ -463,16 +463,25 @@ class FederatedAlgorithm:
       return self.client_counts[client_ids].astype(jnp.float32)
     return jnp.ones(client_ids.shape, jnp.float32)
 
+  def new_plans(self, client_ids: jax.Array, keys: jax.Array,
+                **fields) -> ClientPlan:
+    """The plans [K] of `client_ids`, each client placed in its group before
+    any method reads the plans: its cell as segment and start-model row in
+    cells (`parts.cells.Cells.assign`), else group 0. Every `plan_clients`
+    builds its plans here, so none can read an unassigned group (HIST sizes
+    its partitions from the cells' costs)."""
+    plans = ClientPlan(client_id=client_ids, key=keys,
+                       group=jnp.zeros(client_ids.shape, jnp.int32), **fields)
+    return plans if self.cells is None else self.cells.assign(plans)
+
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
     k = client_ids.shape[0]
-    plan = ClientPlan(
-        client_id=client_ids,
-        key=keys,
+    plan = self.new_plans(
+        client_ids, keys,
         num_steps=jnp.full((k,), self.config.local_steps, jnp.int32),
         lr=jnp.full((k,), self.config.client_lr, jnp.float32),
-        weight=self.client_weights(client_ids),
-        group=jnp.zeros((k,), jnp.int32))
+        weight=self.client_weights(client_ids))
     if self.availability is not None:
       plan = plan.replace(active=self.round_availability(state)[client_ids])
     if self.heterogeneity is None:
@@ -501,7 +510,7 @@ class FederatedAlgorithm:
     `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
     by default; plans depend on static client facts only); on the clock,
     `clock_plans`. In cells each client's cell is its segment and start
-    model (`parts.cells.Cells.assign`).
+    model, set by `new_plans` before the method plans anything else.
     """
     del data
     if self.clock is not None:
@@ -512,8 +521,7 @@ class FederatedAlgorithm:
         clients_key, client_ids)
     keys = jax.vmap(jax.random.fold_in)(per_client,
                                         occurrence_index(client_ids))
-    plans = self.plan_clients(state, client_ids, keys)
-    return plans if self.cells is None else self.cells.assign(plans)
+    return self.plan_clients(state, client_ids, keys)
 
   def clock_plans(self, state: ServerState, inputs: dict) -> ClientPlan:
     """Plans of a round on the clock (module docstring): slot j is client

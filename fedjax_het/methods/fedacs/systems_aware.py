@@ -308,13 +308,11 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     k = client_ids.shape[0]
     link_up = rnd.link_up[client_ids].astype(jnp.float32)
     coefficient = self.slot_coefficients(state, rnd, client_ids)
-    return ClientPlan(
-        client_id=client_ids,
-        key=keys,
+    return self.new_plans(
+        client_ids, keys,
         num_steps=rnd.steps[client_ids],
         lr=jnp.full((k,), self.client_lr(rnd), jnp.float32),
         weight=link_up * coefficient,
-        group=jnp.zeros((k,), jnp.int32),
         extras={'link_up': link_up, 'coefficient': coefficient})
 
   # ---- local solver --------------------------------------------------------

@@ -156,10 +156,10 @@ class HFedAvg(FedAvg):
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
-    """The round's F_i, R_i and the cell's submodel mask (the cells as
-    segments and start models are `plan_round`'s, `Cells.assign`)."""
+    """The round's F_i, R_i and the cell's submodel mask (each client's cell,
+    its segment and start model, is in the plans from `new_plans` on)."""
     plans = super().plan_clients(state, client_ids, keys)
-    segment = self.cells.cell_of_client[client_ids]
+    segment = plans.group
     cpu_key, channel_key = jax.random.split(round_key(state, Stream.HIST_SYSTEM))
     cpu_range = jnp.asarray(self.hierarchy.cpu_hz_range)[segment]
     cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
