@@ -106,6 +106,11 @@ def test_shakespeare_characters_round_trip(tmp_path, fmt):
                 for c in ids]
     np.testing.assert_array_equal(split.train.counts, expected)
   assert split.num_classes == 90 and split.train.x.dtype == np.int32
+  # The summary counts the files' examples (snippets; LEAF's 80-character windows) and the rows.
+  assert split.summary['format'] == fmt and split.summary['clients']['kind'] == 'speaking role'
+  assert split.summary['examples'] == {
+      'train_stored': 6 if fmt == 'leaf_json' else 4,
+      'train_rows': int(split.train.counts.sum()), 'test_rows': len(split.test_y)}
 
 
 def test_stackoverflow_words_pad_truncate_and_oov(tmp_path):
