@@ -127,11 +127,7 @@ def _federated_split(config: ml_collections.ConfigDict):
         f'natural.{changed[0]} is read by partition=natural only; leave it at '
         'its default for a centralised dataset.')
   if natural:
-    return natural_lib.load_natural(
-        config.dataset, config.data_dir, num_clients=config.num_clients,
-        seed=config.seed,
-        options=natural_lib.NaturalOptions.from_config(config),
-        local_test=config.local_test, stream=config.stream_cohorts)
+    return natural_lib.load_from_config(config)
   dataset = data_lib.load_dataset(config.dataset,
                                   data_dir=config.data_dir or None,
                                   seed=config.seed,
@@ -452,6 +448,10 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
                            json.dumps(run_record(config), indent=2))
+    if isinstance(split, natural_lib.NaturalSplit):  # what the files gave
+      print(natural_lib.format_summary(split.summary), flush=True)
+      workdir_lib.write_text(os.path.join(workdir, natural_lib.SUMMARY_FILE),
+                             json.dumps(split.summary, indent=2))
     sanity.report(warnings)
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))

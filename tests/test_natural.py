@@ -4,6 +4,7 @@ the memmap cache, streaming and one CLI run per dataset."""
 import json
 import lzma
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -105,6 +106,11 @@ def test_shakespeare_characters_round_trip(tmp_path, fmt):
                 for c in ids]
     np.testing.assert_array_equal(split.train.counts, expected)
   assert split.num_classes == 90 and split.train.x.dtype == np.int32
+  # The summary counts the files' examples (snippets; LEAF's 80-character windows) and the rows.
+  assert split.summary['format'] == fmt and split.summary['clients']['kind'] == 'speaking role'
+  assert split.summary['examples'] == {
+      'train_stored': 6 if fmt == 'leaf_json' else 4,
+      'train_rows': int(split.train.counts.sum()), 'test_rows': len(split.test_y)}
 
 
 def test_stackoverflow_words_pad_truncate_and_oov(tmp_path):
@@ -167,6 +173,91 @@ def test_missing_truncated_and_inconsistent_files_stop_in_one_line(tmp_path):
     (tmp_path / split / 'a.json').write_text(json.dumps(
         {'users': ['u'], 'num_samples': [2], 'user_data': {'u': {'x': [[0.0] * 784], 'y': [1]}}}))
   one_line_error('user u has num_samples=2 but user_data', lambda: load('leaf_json', 1))
+
+
+def test_another_sets_file_or_other_shapes_are_named_by_file_and_writer(tmp_path):
+  """Valid files that are not F-EMNIST's: Shakespeare's under F-EMNIST's names, 32x32 pixels,
+  LEAF rows of 1,024 pixels: one line naming the file and the writer."""
+  load = lambda n: lambda: load_natural('fed_emnist', str(tmp_path), num_clients=n, seed=0,
+                                       options=options())
+  nw.write_shakespeare(tmp_path, 'tff_h5')
+  for split in ('train', 'test'):
+    os.replace(tmp_path / f'shakespeare_{split}.h5', tmp_path / f'fed_emnist_{split}.h5')
+  one_line_error(r"fed_emnist_train.h5: writer HAMLET_HORATIO has the features \['snippets'\], "
+                 r"not \['label', 'pixels'\]: is it another set's file", load(3))
+  large = {c: {'pixels': np.zeros((n, 32, 32), np.float32), 'label': np.zeros(n, np.int32)}
+           for c, n in nw.EMNIST_TRAIN_SIZES.items()}
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_train.sqlite', large)
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_test.sqlite', large)
+  one_line_error(r"federated_emnist_train.sqlite: writer f0000_14: feature 'pixels' has "
+                 r"examples of shape \(32, 32\), not \(28, 28\)", load(4))
+  for split in ('train', 'test'):
+    nw.write_leaf(tmp_path / split, {'u7': {'x': np.zeros((2, 1024)), 'y': [0, 1]}})
+  one_line_error(r'/train: writer u7: its examples do not convert \(cannot reshape array of '
+                 r'size 2048', lambda: load_natural('fed_emnist', str(tmp_path), num_clients=1,
+                                                    seed=0, options=options(format='leaf_json')))
+
+
+def test_a_corrupt_block_that_still_decodes_is_named_without_a_warning(tmp_path):
+  """HDF5 keeps no checksum: bytes overwritten in a pixel block decode to a float64 of 1e300,
+  which overflows float32; a FedJAX SQLite label beyond the 62 classes. Each stops in one line
+  naming the file, the writer and the example, and numpy warns of nothing."""
+  train = nw.emnist_clients(nw.EMNIST_TRAIN_SIZES, 0)
+  as_float64 = {c: {**f, 'pixels': f['pixels'].astype(np.float64)} for c, f in train.items()}
+  for split in ('train', 'test'):
+    nw.write_tff_h5(tmp_path / f'fed_emnist_{split}.h5', as_float64)
+  import h5py  # pylint: disable=import-outside-toplevel
+  with h5py.File(tmp_path / 'fed_emnist_train.h5', 'r') as f:
+    offset = f['examples/f0002_02/pixels'].id.get_offset()
+  with open(tmp_path / 'fed_emnist_train.h5', 'r+b') as f:
+    f.seek(offset + (2 * 28 * 28 + 100) * 8)  # example 2, pixel 100
+    f.write(np.float64(1e300).tobytes())
+  load = lambda fmt: load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0,
+                                  options=options(format=fmt))
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    one_line_error(r'fed_emnist_train.h5: writer f0002_02, example 2: its features are not '
+                   r'finite \(NaN or inf as float32\): the file is corrupt there', lambda: load('tff_h5'))
+  train['f0003_33']['label'][1] = 70
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_train.sqlite', train)
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_test.sqlite', train)
+  one_line_error(r'federated_emnist_train.sqlite: writer f0003_33, example 1: label 70 lies '
+                 r'outside \[0, 62\)', lambda: load('fedjax_sqlite'))
+
+
+def test_evaluation_reads_the_kept_writers_and_refuses_files_that_share_none(tmp_path):
+  """The global test set is the kept writers' own test examples (the test file's other writers
+  are not read); train and test files that share no writer, or a selection of which none has
+  test examples, stop in one line saying so."""
+  train = nw.emnist_clients(nw.EMNIST_TRAIN_SIZES, 0)
+  test = nw.emnist_clients({'zz_only_test': 2, 'f0001_41': 3}, 1)
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_train.sqlite', train)
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_test.sqlite', test)
+  load = lambda n, local_test=False, **kw: load_natural(
+      'fed_emnist', str(tmp_path), num_clients=n, seed=0, options=options(**kw),
+      local_test=local_test)
+  split = load(4)
+  np.testing.assert_array_equal(split.test_y, test['f0001_41']['label'])
+  assert split.summary['clients'] == {
+      'kind': 'writer', 'in_train_file': 4, 'kept': 4, 'dropped': {}, 'in_test_file': 2,
+      'test_file_only': 1, 'kept_without_test': 3, 'test_set': "each kept writer's own"}
+  assert '(test file: 2 clients, 1 of them not in the train file; kept without test ' \
+         'examples: 3)' in natural.format_summary(split.summary)
+  one_line_error(r'no writer kept of .*federated_emnist_train.sqlite \(num_clients=3, seed=0\) '
+                 r'has test examples in .*federated_emnist_test.sqlite; set local_test=True',
+                 lambda: load(3, min_examples=2))  # f0001_41 has 1 train example
+  local = load(1, local_test=True)
+  assert local.client_ids == ('f0001_41',)
+  assert local.summary['clients']['dropped'] == {'no test examples (local_test)': 3}
+  one_line_error(r'has 1 clients with >= 1 examples and a test split; num_clients=2 is too '
+                 r'many \(set num_clients <= 1\)', lambda: load(2, local_test=True))
+  os.remove(tmp_path / 'federated_emnist_test.sqlite')
+  nw.write_fedjax_sqlite(tmp_path / 'federated_emnist_test.sqlite',
+                         nw.emnist_clients({'zz_only_test': 2}, 1))
+  for local_test in (False, True):
+    one_line_error(r"federated_emnist_train.sqlite and .*federated_emnist_test.sqlite share no "
+                   r"writer: none of the train file's 4 \('f0000_14', ...\) is among the test "
+                   r"file's 1 \('zz_only_test', ...\)", lambda: load(3, local_test))
 
 
 def test_memmap_cache_is_reused_and_rebuilt_when_a_source_changes(tmp_path):
@@ -254,7 +345,7 @@ def test_a_run_per_format_and_dataset_trains_through_the_cli(tmp_path, case):
   assert summary['rounds'] == 2 and 0 <= summary['final_test_accuracy'] <= 1
 
 
-def test_streamed_natural_run_equals_the_on_device_run(tmp_path):
+def test_streamed_natural_run_equals_the_on_device_run(tmp_path, capsys):
   data = tmp_path / 'data'
   data.mkdir()
   nw.write_emnist(data, 'fedjax_sqlite')
@@ -266,6 +357,29 @@ def test_streamed_natural_run_equals_the_on_device_run(tmp_path):
   assert os.listdir(data / 'fedjax_het_cache')  # streamed from the memmapped cache
   assert streamed['final_test_accuracy'] == on_device['final_test_accuracy']
   assert streamed['final_test_loss'] == on_device['final_test_loss']
+  printed = capsys.readouterr().out
+  assert printed.count(f'data: fed_emnist, fedjax_sqlite files: train '
+                       f'{data}/federated_emnist_train.sqlite') == 2
+  assert "  clients: 4 of the train file's 4, one per writer; dropped: none\n" in printed
+  summaries = {}
+  for run_dir in ('device', 'stream'):
+    with open(tmp_path / run_dir / natural.SUMMARY_FILE) as f:
+      summaries[run_dir] = json.load(f)
+  cache = summaries['stream'].pop('cache')
+  assert cache.startswith(str(data / 'fedjax_het_cache')) and not summaries['stream'].pop(
+      'from_cache')  # written by this run, the summary kept in its manifest
+  assert summaries['stream'] == summaries['device'] == {
+      'dataset': 'fed_emnist', 'format': 'fedjax_sqlite',
+      'files': {'train': f'{data}/federated_emnist_train.sqlite',
+                'test': f'{data}/federated_emnist_test.sqlite', 'other': [], 'decompressed': {}},
+      'clients': {'kind': 'writer', 'in_train_file': 4, 'kept': 4, 'dropped': {},
+                  'in_test_file': 4, 'test_file_only': 0, 'kept_without_test': 0,
+                  'test_set': "each kept writer's own"},
+      'examples': {'train_stored': 11, 'train_rows': 11, 'test_rows': 5},  # 3+1+5+2, 1+1+2+1
+      'train_rows_per_client': {'q0': 1.0, 'q25': 1.75, 'q50': 2.5, 'q75': 3.5, 'q100': 5.0}}
+  reread = load_natural('fed_emnist', str(data), num_clients=4, seed=0,
+                        options=options(cache_dir=str(data / 'fedjax_het_cache')))
+  assert reread.summary == {**summaries['device'], 'cache': cache, 'from_cache': True}
 
 
 def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set(tmp_path):
@@ -279,7 +393,8 @@ def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set
   split = load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0, options=options())
   np.testing.assert_array_equal(np.rint(split.train.x[1] * 255), train['1']['image'])
   np.testing.assert_array_equal(split.test_y, stacked(test, ['t0', 't1'], 'label'))
-  one_line_error('has 0 clients with >= 1 examples and a test split',
+  one_line_error('fed_cifar100_test.h5 holds other clients than .*fed_cifar100_train.h5 .* '
+                 'set local_test=False',
                  lambda: load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0,
                                       options=options(), local_test=True))
 
@@ -300,14 +415,27 @@ def test_shakespeare_lstm_is_fedjax_size_and_predicts_every_position():
   assert not np.allclose(changed[:, 1:], logits[:, 1:])
 
 
-def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path):
+def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path, capsys):
   train, _ = nw.write_emnist(tmp_path, 'tff_sqlite')
   source = tmp_path / 'emnist_all.sqlite'
+  size = source.stat().st_size
   (tmp_path / 'emnist_all.sqlite.lzma').write_bytes(lzma.compress(source.read_bytes()))
   source.unlink()
   split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options())
-  assert (tmp_path / 'decompressed' / 'emnist_all.sqlite').is_file()
+  copy = tmp_path / 'decompressed' / 'emnist_all.sqlite'
+  assert copy.is_file() and copy.stat().st_size == size
   np.testing.assert_array_equal(split.train.y[0, :3], train['f0000_14']['label'])
+  said = capsys.readouterr().err.splitlines()  # where and how much, once
+  lzma_size = (tmp_path / 'emnist_all.sqlite.lzma').stat().st_size
+  assert said == [f'fedjax-het: decompressing {tmp_path}/emnist_all.sqlite.lzma ({lzma_size:,} '
+                  f'bytes) into {copy}, once: later runs read that copy (several times the '
+                  "download's size; delete it to free the space)."]
+  assert split.summary['files']['decompressed'] == {
+      f'{tmp_path}/emnist_all.sqlite.lzma': {'into': str(copy), 'bytes': size}}
+  assert f'decompressed: {tmp_path}/emnist_all.sqlite.lzma into {copy} ({size:,} bytes)' in \
+      natural.format_summary(split.summary)
+  again = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options())
+  assert capsys.readouterr().err == '' and again.summary == split.summary
   (tmp_path / 'decompressed' / 'emnist_all.sqlite').unlink()
   nw.truncate(tmp_path / 'emnist_all.sqlite.lzma')
   one_line_error('emnist_all.sqlite.lzma does not decompress', lambda: load_natural(

@@ -25,9 +25,20 @@ eligible population; `num_clients` of them are kept, all in file order when they
 `num_clients`, else a subsample drawn with `seed` (kept in file order); with `max_examples`, a
 client trains on its first `max_examples` rows only (TFF's StackOverflow benchmark: 256 posts,
 `max_elements_per_user`), which also bounds the padded layout. The global test set is
-the kept clients' test examples where the test file has any of them (EMNIST, Shakespeare,
-StackOverflow share writers between splits), else the whole test file (CIFAR-100's 100 test
-clients are others); `local_test` gives each kept client its own test examples.
+the kept clients' own test examples (EMNIST, Shakespeare, StackOverflow and LEAF's sample split
+share clients between splits); train and test files that share no client, or kept clients none
+of which has test examples, are refused. CIFAR-100's 100 test clients are others by design, so
+its global test set is the whole test file and `local_test` is refused; else `local_test` gives
+each kept client its own test examples.
+
+Every client read is checked, and a failure names the file and the client in one line: the
+set's features and per-example shapes (another set's file under the expected name), a
+conversion that fails, features that are not finite and labels outside the classes (a corrupt
+block of an HDF5 file, which has no checksums, still decodes). The split's `summary` says what
+was read (`format_summary`; a run prints it and writes it to `SUMMARY_FILE`): the format and
+files, each `.lzma` download's decompressed copy (made once in `<cache_dir or
+data_dir>/decompressed/`, saying so on stderr), the clients kept and dropped with the reason,
+the train and test examples and the quantiles of the kept clients' train rows.
 
 With `cache_dir` (and by default, in `<data_dir>/fedjax_het_cache`, when the run streams its
 cohorts, `stream=True`: large populations go straight to the memory-mapped layout), the packed
@@ -69,6 +80,7 @@ import json
 import lzma
 import os
 import shutil
+import sys
 from typing import Callable
 
 import numpy as np
@@ -131,8 +143,12 @@ class _NaturalSet:
   `convert(features, resolved)` maps one client's features (arrays [n, ...] as read, LEAF's
   under 'x' and 'y') to (x [m, ...], y [m, ...]); `resources(data_dir, options, train_path)`
   gives the `_Resolved` it reads (a vocabulary, an image folder) and the extra files the cache
-  fingerprints. `reads` names the set-specific `natural` options it reads (the others must keep
-  their defaults); `cache_by_default` caches the packed federation even without streaming.
+  fingerprints. `client` names what a client is (a writer, a user); `shapes` are also the
+  features and per-example shapes a client of TFF's and FedJAX's files must hold. `reads` names
+  the set-specific `natural` options it reads (the others must keep their defaults);
+  `cache_by_default` caches the packed federation even without streaming;
+  `test_clients_are_others`: the test file's clients are not the train file's (CIFAR-100), so
+  the global test set is the whole test file and `local_test` has nothing to read.
   """
   train: _Split
   test: _Split
@@ -141,9 +157,11 @@ class _NaturalSet:
   num_classes: Callable  # options -> int
   x_dtype: type
   origin: str
+  client: str
   reads: tuple = ()
   resources: Callable = _plain
   cache_by_default: bool = False
+  test_clients_are_others: bool = False
 
 
 def _emnist(features, options):
@@ -241,7 +259,7 @@ NATURAL_SETS = {
         test=_Split('federated_emnist_test.sqlite', ('emnist_all.sqlite', 'all_test'),
                     'fed_emnist_test.h5', 'test'),
         shapes={'pixels': (28, 28), 'label': ()}, convert=_emnist,
-        num_classes=lambda options: 62, x_dtype=np.float32,
+        num_classes=lambda options: 62, x_dtype=np.float32, client='writer',
         origin='FedJAX: storage.googleapis.com/gresearch/fedjax/emnist/federated_emnist_'
                '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
                'emnist_all.sqlite.lzma or fed_emnist.tar.bz2 (HDF5); LEAF: femnist '
@@ -249,9 +267,10 @@ NATURAL_SETS = {
     'fed_cifar100': _NaturalSet(
         train=_Split(None, None, 'fed_cifar100_train.h5', None),
         test=_Split(None, None, 'fed_cifar100_test.h5', None),
-        shapes={}, convert=_cifar100, num_classes=lambda options: 100, x_dtype=np.float32,
+        shapes={'image': (32, 32, 3), 'label': ()}, convert=_cifar100,
+        num_classes=lambda options: 100, x_dtype=np.float32, client='client',
         origin='TFF: storage.googleapis.com/tff-datasets-public/fed_cifar100.tar.bz2, '
-               'extracted'),
+               'extracted', test_clients_are_others=True),
     'shakespeare': _NaturalSet(
         train=_Split('shakespeare_train.sqlite', ('shakespeare.sqlite', 'train'),
                      'shakespeare_train.h5', 'train'),
@@ -259,7 +278,7 @@ NATURAL_SETS = {
                     'shakespeare_test.h5', 'test'),
         shapes={'snippets': ()}, convert=_shakespeare,
         num_classes=lambda options: text.SHAKESPEARE_VOCAB, x_dtype=np.int32,
-        reads=('sequence_length',),
+        client='speaking role', reads=('sequence_length',),
         origin='FedJAX: storage.googleapis.com/gresearch/fedjax/shakespeare/shakespeare_'
                '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
                'shakespeare.sqlite.lzma or shakespeare.tar.bz2 (HDF5); LEAF: shakespeare '
@@ -271,7 +290,7 @@ NATURAL_SETS = {
                     'stackoverflow_test.h5', None),
         shapes={'tokens': ()}, convert=_stackoverflow,
         num_classes=lambda options: text.NUM_RESERVED + options.vocab_size + 1,
-        x_dtype=np.int32,
+        x_dtype=np.int32, client='user',
         origin='FedJAX: storage.googleapis.com/gresearch/fedjax/stackoverflow/stackoverflow_'
                '{train,test}.sqlite; TFF: storage.googleapis.com/tff-datasets-public/'
                'stackoverflow.sqlite.lzma or stackoverflow.tar.bz2 (HDF5); and the vocabulary '
@@ -280,6 +299,7 @@ NATURAL_SETS = {
     'sent140': _NaturalSet(
         train=_Split(None, None, None, 'train'), test=_Split(None, None, None, 'test'),
         shapes={}, convert=_sent140, num_classes=lambda options: 2, x_dtype=np.int32,
+        client='user',
         origin='LEAF: data/sent140/data/train/ and test/ as its preprocess.sh writes them from '
                'Sentiment140\'s trainingandtestdata.zip, and GloVe\'s glove.6B.300d.txt',
         reads=('sequence_length', 'vocab_size', 'vocabulary', 'glove_file'),
@@ -287,6 +307,7 @@ NATURAL_SETS = {
     'celeba': _NaturalSet(
         train=_Split(None, None, None, 'train'), test=_Split(None, None, None, 'test'),
         shapes={}, convert=_celeba, num_classes=lambda options: 2, x_dtype=np.float32,
+        client='celebrity',
         origin='LEAF: data/celeba/data/train/ and test/ as its preprocess.sh writes them, and '
                'CelebA\'s img_align_celeba/ folder',
         reads=('images_dir',), resources=_celeba_resources, cache_by_default=True),
@@ -329,13 +350,22 @@ def _missing(name: str, data_dir: str) -> ValueError:
                     f'{extra} there ({spec.origin}).')
 
 
+def _decompressed_path(path: str, scratch: str) -> str:
+  """Where the `.lzma` download `path` is decompressed: `scratch`/its name without .lzma."""
+  return os.path.join(scratch, os.path.basename(path)[:-len('.lzma')])
+
+
 def _decompressed(path: str, scratch: str) -> str:
-  """`path` itself, or for a `.lzma` download its decompressed copy in `scratch` (made once)."""
+  """`path` itself, or for a `.lzma` download its decompressed copy in `scratch`, made once
+  and said on stderr (the copy takes several times the download's size)."""
   if not path.endswith('.lzma'):
     return path
-  target = os.path.join(scratch, os.path.basename(path)[:-len('.lzma')])
+  target = _decompressed_path(path, scratch)
   if not os.path.isfile(target):
     os.makedirs(scratch, exist_ok=True)
+    print(f'fedjax-het: decompressing {path} ({os.path.getsize(path):,} bytes) into {target}, '
+          'once: later runs read that copy (several times the download\'s size; delete it to '
+          'free the space).', file=sys.stderr, flush=True)
     try:
       with lzma.open(path) as src, open(target + '.part', 'wb') as dst:
         shutil.copyfileobj(src, dst, 1 << 24)
@@ -385,30 +415,183 @@ def _pack(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype, allocate) -> Fe
   return FederatedData(x=x, y=y, counts=out_counts)
 
 
-def _converted(spec, reader, ids, resolved, limit: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-  """The clients' (x, y) in `ids` order, each cut to its first `limit` rows (0: all)."""
+def _check_features(spec, features: dict, where: str) -> None:
+  """Refuses a client of TFF's or FedJAX's files without the set's features (`spec.shapes`)
+  or with other per-example shapes: another set's file under the expected name."""
+  missing = sorted(set(spec.shapes) - set(features))
+  if missing:
+    raise ValueError(f'{where} has the features {sorted(features)}, not {sorted(spec.shapes)}: '
+                     'is it another set\'s file under this name?')
+  for name, shape in spec.shapes.items():
+    got = np.shape(features[name])[1:]
+    if got != shape:
+      raise ValueError(f'{where}: feature {name!r} has examples of shape {got}, not {shape}: '
+                       'is it another set\'s file under this name?')
+
+
+def _checked_rows(x: np.ndarray, y: np.ndarray, num_classes: int, where: str):
+  """(x [n, ...], y [n] or [n, L]) if every feature is finite and every label or token lies in
+  [0, num_classes), else a ValueError naming `where` and the example (a corrupt block of a
+  file without checksums, e.g. HDF5's, still decodes)."""
+  if np.issubdtype(x.dtype, np.inexact):
+    bad = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(1))
+    if bad.size:
+      raise ValueError(f'{where}, example {bad[0]}: its features are not finite (NaN or inf as '
+                       f'{x.dtype}): the file is corrupt there.')
+  outside = (y < 0) | (y >= num_classes)
+  if outside.any():
+    at = tuple(np.argwhere(outside)[0])
+    raise ValueError(f'{where}, example {at[0]}: label {y[at]} lies outside [0, {num_classes}): '
+                     'the file is corrupt there or of another set.')
+  return x, y
+
+
+def _converted(spec, reader, ids, resolved, num_classes: int, limit: int = 0
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The clients' (x, y) in `ids` order, each cut to its first `limit` rows (0: all) and
+  checked (`_check_features`, `_checked_rows`); a failure names the file and the client."""
   raw = reader.read(ids)
   cut = slice(limit or None)
-  return [tuple(a[cut] for a in spec.convert(raw[cid], resolved)) for cid in ids]
+  out = []
+  for cid in ids:
+    where = f'{reader.path}: {spec.client} {cid}'
+    if not isinstance(reader, natural_files.LeafJson):
+      _check_features(spec, raw[cid], where)
+    try:
+      with np.errstate(all='ignore'):  # overflows are refused as non-finite features below
+        x, y = spec.convert(raw[cid], resolved)
+    except ConfigError:
+      raise
+    except (ValueError, TypeError) as e:
+      raise ValueError(f'{where}: its examples do not convert ({e}).') from e
+    out.append(_checked_rows(x[cut], y[cut], num_classes, where))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NaturalSplit(FederatedSplit):
+  """A natural set's FederatedSplit with `summary`, what was read (`format_summary`,
+  `SUMMARY_FILE`): the format and files, the clients kept and dropped with the reason, the
+  train and test examples and the per-client train rows' quantiles."""
+  summary: dict = dataclasses.field(default_factory=dict)
+
+
+SUMMARY_FILE = 'data_summary.json'
+QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _select(spec, paths, ids, sizes, test_ids, *, num_clients: int, seed: int,
+            options: NaturalOptions, local_test: bool) -> tuple[list, list, dict]:
+  """(kept train ids, the test file's ids read, the summary's `clients`), as the module
+  docstring says; refuses train and test files that share no client when the set's test
+  clients are the train ones, and a selection none of whose clients has test examples."""
+  in_test = np.isin(np.asarray(ids, object), np.asarray(test_ids, object))
+  if spec.test_clients_are_others and local_test:
+    raise ConfigError(f'{paths[1]} holds other clients than {paths[0]} (as the set is made), '
+                      'so no client has its own test examples: set local_test=False.')
+  if not spec.test_clients_are_others and not in_test.any():
+    raise ValueError(f'{paths[0]} and {paths[1]} share no {spec.client}: none of the train '
+                     f'file\'s {len(ids)} ({ids[0]!r}, ...) is among the test file\'s '
+                     f'{len(test_ids)} ({test_ids[0]!r}, ...), so no kept {spec.client} has test '
+                     'examples; put the two splits of one download in data_dir.')
+  enough = sizes >= options.min_examples
+  eligible = enough & in_test if local_test else enough
+  pool = np.flatnonzero(eligible)
+  if num_clients > pool.size:
+    raise ConfigError(
+        f'{paths[0]} has {pool.size} clients with >= {options.min_examples} examples'
+        f'{" and a test split" if local_test else ""}; num_clients={num_clients} is too many '
+        f'({f"set num_clients <= {pool.size}" if pool.size else "lower natural.min_examples"}).')
+  drawn = pool if num_clients == pool.size else np.sort(
+      np.random.default_rng(seed).choice(pool, num_clients, replace=False))
+  kept = [ids[i] for i in drawn]
+  test, kept_ids = list(test_ids), set(kept)
+  if not spec.test_clients_are_others:
+    test = [c for c in test_ids if c in kept_ids]
+    if not test:
+      raise ValueError(f'no {spec.client} kept of {paths[0]} (num_clients={num_clients}, '
+                       f'seed={seed}) has test examples in {paths[1]}; set local_test=True to '
+                       'keep only those that have some.')
+  dropped = {f'fewer than natural.min_examples={options.min_examples} train examples':
+                 int(np.sum(~enough)),
+             'no test examples (local_test)': int(np.sum(enough & ~eligible)),
+             f'not drawn (num_clients={num_clients} of {pool.size}, seed={seed})':
+                 int(pool.size - num_clients)}
+  return kept, test, {
+      'kind': spec.client, 'in_train_file': len(ids), 'kept': len(kept),
+      'dropped': {reason: n for reason, n in dropped.items() if n},
+      'in_test_file': len(test_ids), 'test_file_only': int(len(set(test_ids) - set(ids))),
+      'kept_without_test': 0 if spec.test_clients_are_others else len(kept) - len(test),
+      'test_set': ('the whole test file (its clients are others)'
+                   if spec.test_clients_are_others else f'each kept {spec.client}\'s own')}
+
+
+def _files(spec, fmt: str, paths: list[str], scratch: str) -> dict:
+  """The summary's `files`: train and test (TFF SQLite's split names), other files read, and
+  each `.lzma` download's decompressed copy and its size."""
+  named = [f'{p} (split {s.tff_sqlite[1]!r})' if fmt == 'tff_sqlite' else p
+           for p, s in zip(paths, (spec.train, spec.test))]
+  copies = {p: _decompressed_path(p, scratch) for p in dict.fromkeys(paths[:2])
+            if p.endswith('.lzma')}
+  return {'train': named[0], 'test': named[1], 'other': paths[2:],
+          'decompressed': {p: {'into': t, 'bytes': os.path.getsize(t)}
+                           for p, t in copies.items()}}
+
+
+def _summary(name, fmt, files, clients, stored, train, test_rows) -> dict:
+  """What `load_natural` read (NaturalSplit.summary); `stored`: the kept clients' train
+  examples as the files count them, `train` their converted (x, y), `test_rows` the global
+  test set's rows."""
+  rows = np.array([len(y) for _, y in train])
+  return {'dataset': name, 'format': fmt, 'files': files, 'clients': clients,
+          'examples': {'train_stored': int(stored), 'train_rows': int(rows.sum()),
+                       'test_rows': int(test_rows)},
+          'train_rows_per_client': {f'q{round(100 * q)}': float(v) for q, v in
+                                    zip(QUANTILES, np.quantile(rows, QUANTILES))}}
+
+
+def format_summary(summary: dict) -> str:
+  """The lines a run prints of a NaturalSplit's `summary`."""
+  files, clients, examples = summary['files'], summary['clients'], summary['examples']
+  dropped = '; '.join(f'{n} {reason}' for reason, n in clients['dropped'].items()) or 'none'
+  quantiles = ', '.join(f'{k} {v:g}' for k, v in summary['train_rows_per_client'].items())
+  lines = [
+      f'data: {summary["dataset"]}, {summary["format"]} files: train {files["train"]}, test '
+      f'{files["test"]}' + ''.join(f', {p}' for p in files['other']),
+      f'  clients: {clients["kept"]} of the train file\'s {clients["in_train_file"]}, one '
+      f'per {clients["kind"]}; dropped: {dropped}',
+      f'  train: {examples["train_stored"]} examples as stored, {examples["train_rows"]} '
+      f'rows; rows per client: {quantiles}',
+      f'  test: {examples["test_rows"]} rows, {clients["test_set"]} (test file: '
+      f'{clients["in_test_file"]} clients, {clients["test_file_only"]} of them not in the train '
+      f'file; kept without test examples: {clients["kept_without_test"]})']
+  lines += [f'  decompressed: {source} into {copy["into"]} ({copy["bytes"]:,} bytes)'
+            for source, copy in files['decompressed'].items()]
+  if summary.get('cache'):
+    lines.append(f'  cache: {summary["cache"]}'
+                 f'{" (read back)" if summary.get("from_cache") else " (written)"}')
+  return '\n'.join(lines)
 
 
 def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
                  options: NaturalOptions, local_test: bool = False,
-                 stream: bool = False) -> FederatedSplit:
+                 stream: bool = False) -> NaturalSplit:
   """The natural federation of `name` from the files in `data_dir` (module docstring).
 
   Returns:
-    A FederatedSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
+    A NaturalSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
     [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
     conversion: images, or sequences); test_x/test_y the global test set; local_test per
     client with `local_test`; client_ids the files' ids of the train rows; input_vocab and
-    embeddings Sent140's token ids and GloVe vectors (0 and None for other sets). With
-    `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
-    to `<data_dir>/fedjax_het_cache`), the leaves are np.memmap.
+    embeddings Sent140's token ids and GloVe vectors (0 and None for other sets); `summary`
+    what was read (`format_summary`). With `options.cache_dir`, or with `stream` (the run
+    streams its cohorts; the cache then defaults to `<data_dir>/fedjax_het_cache`), the leaves
+    are np.memmap.
 
   Raises:
     ValueError: unknown name, a missing data_dir or files (one line naming what to put where),
-      unreadable or inconsistent files, or too few eligible clients.
+      unreadable or inconsistent files (naming the file and the client), train and test files
+      that share no client, or too few eligible clients.
   """
   if name not in NATURAL_SETS:
     raise ValueError(f'Unknown natural dataset {name!r}; known: {", ".join(NATURAL_DATASETS)}.')
@@ -457,34 +640,36 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
       for p, s in zip(paths, (spec.train, spec.test)))
   ids, sizes = train_reader.sizes()
   test_ids, _ = test_reader.sizes()
-  eligible = sizes >= options.min_examples
-  if local_test:
-    eligible &= np.isin(np.asarray(ids, object), np.asarray(test_ids, object))
-  pool = np.flatnonzero(eligible)
-  if num_clients > pool.size:
-    raise ConfigError(f'{paths[0]} has {pool.size} clients with >= {options.min_examples} '
-                      f'examples{" and a test split" if local_test else ""}; num_clients='
-                      f'{num_clients} is too many (set num_clients <= {pool.size}).')
-  if num_clients < pool.size:
-    pool = np.sort(np.random.default_rng(seed).choice(pool, num_clients, replace=False))
-  kept = [ids[i] for i in pool]
-  shared = set(kept) & set(test_ids)
-  train = _converted(spec, train_reader, kept, resolved, options.max_examples)
-  tests = _converted(spec, test_reader, [c for c in test_ids if c in shared] or test_ids,
-                     resolved)
+  kept, test_kept, clients = _select(spec, paths, ids, sizes, test_ids, num_clients=num_clients,
+                                     seed=seed, options=options, local_test=local_test)
+  num_classes = spec.num_classes(options)
+  train = _converted(spec, train_reader, kept, resolved, num_classes, options.max_examples)
+  tests = _converted(spec, test_reader, test_kept, resolved, num_classes)
   test_x = np.concatenate([x for x, _ in tests]).astype(spec.x_dtype)
   test_y = np.concatenate([y for _, y in tests])
   local = None
   if local_test:
-    by_id = dict(zip([c for c in test_ids if c in shared], tests))
+    by_id = dict(zip(test_kept, tests))
     local = [by_id[c] for c in kept]
+  stored = sizes[np.isin(np.asarray(ids, object), np.asarray(kept, object))].sum()
+  summary = _summary(name, fmt, _files(spec, fmt, paths, scratch), clients, stored, train,
+                     len(test_y))
   if cache is not None:
-    return finish(cache.write(train, local, test_x, test_y, spec.x_dtype, kept))
+    return finish(cache.write(train, local, test_x, test_y, spec.x_dtype, kept, summary))
   zeros = lambda _, shape, dtype: np.zeros(shape, dtype)
-  return finish(FederatedSplit(
+  return finish(NaturalSplit(
       train=_pack(train, spec.x_dtype, zeros), test_x=test_x, test_y=test_y,
       local_test=None if local is None else _pack(local, spec.x_dtype, zeros),
-      num_classes=0, client_ids=tuple(kept)))
+      num_classes=0, client_ids=tuple(kept), summary=summary))
+
+
+def load_from_config(config) -> NaturalSplit:
+  """`load_natural` of a run's config (partition='natural'): its dataset, data_dir,
+  num_clients, seed, local_test, stream_cohorts and `natural` section. The CLI's data checks
+  read `.summary` (`format_summary`) of what it returns."""
+  return load_natural(config.dataset, config.data_dir, num_clients=config.num_clients,
+                      seed=config.seed, options=NaturalOptions.from_config(config),
+                      local_test=config.local_test, stream=config.stream_cohorts)
 
 
 def _check_reads(name: str, options: NaturalOptions) -> None:
@@ -522,15 +707,18 @@ class _Cache:
           return None
         if [size, mtime] != stored[:2] and _sha256(path) != stored[2]:
           return None
+    if 'summary' not in manifest:  # written before summaries were kept: rebuilt
+      return None
     mapped = lambda name: np.load(self._path(name), mmap_mode='r')
     train = FederatedData(*(mapped(f'train_{k}') for k in ('x', 'y', 'counts')))
     local = (FederatedData(*(mapped(f'local_{k}') for k in ('x', 'y', 'counts')))
              if manifest['local_test'] else None)
-    return FederatedSplit(train=train, test_x=np.load(self._path('test_x')),
-                          test_y=np.load(self._path('test_y')), local_test=local,
-                          num_classes=0, client_ids=tuple(manifest['client_ids']))
+    return NaturalSplit(train=train, test_x=np.load(self._path('test_x')),
+                        test_y=np.load(self._path('test_y')), local_test=local,
+                        num_classes=0, client_ids=tuple(manifest['client_ids']),
+                        summary={**manifest['summary'], 'from_cache': True})
 
-  def write(self, train, local, test_x, test_y, x_dtype, client_ids) -> FederatedSplit:
+  def write(self, train, local, test_x, test_y, x_dtype, client_ids, summary) -> NaturalSplit:
     """Writes the packed arrays and the manifest (last), then opens them as `load` does."""
     try:
       os.makedirs(self.directory, exist_ok=True)
@@ -551,9 +739,11 @@ class _Cache:
           sources[path] = [*stat, _sha256(path)]
       with open(self.manifest + '.part', 'w') as f:
         json.dump({'sources': sources, 'local_test': local is not None,
-                   'client_ids': list(client_ids)}, f)
+                   'client_ids': list(client_ids),
+                   'summary': {**summary, 'cache': self.directory}}, f)
       os.replace(self.manifest + '.part', self.manifest)
     except OSError as e:
       raise ValueError(f'cannot write the natural-data cache {self.directory} ({e}); set '
                        'natural.cache_dir to a writable directory.') from e
-    return self.load()
+    split = self.load()
+    return dataclasses.replace(split, summary={**split.summary, 'from_cache': False})
