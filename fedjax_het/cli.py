@@ -132,15 +132,14 @@ def apply_override(config: ml_collections.ConfigDict, dotted_key: str,
   """Sets `config.<dotted_key> = value`, with clear errors."""
   *parents, leaf = dotted_key.split('.')
   node = config
-  for i, part in enumerate(parents):
+  for part in parents:
     if part not in node or not isinstance(node[part],
                                           ml_collections.ConfigDict):
-      raise ConfigError(
-          f'unknown config key {".".join(parents[:i + 1])!r}.')
+      raise config_lib.unknown_key(dotted_key, config)
     node = node[part]
   if leaf not in node:
     if node is config or parents[-1] not in OPEN_DICTS:
-      raise ConfigError(f'unknown config key {dotted_key!r}.')
+      raise config_lib.unknown_key(dotted_key, config)
   elif isinstance(node[leaf], tuple) and isinstance(value, list):
     value = tuple(value)
   elif isinstance(node[leaf], float) and isinstance(value, int) and not \
@@ -259,9 +258,14 @@ def _print_summary(summary: dict, workdir: str) -> None:
 
 
 def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
-  """Prints each resolved config with every key's description (--show-config)."""
-  for label, config in configs.items():
-    config = config_lib.resolve(config)
+  """--show-config: checks every config as a run does before it trains
+  (`run.check`: data loaded, federation built, devices), prints the warnings
+  a run would print, then each config as the run trains with it, every key
+  with its description."""
+  from fedjax_het import run, sanity  # pylint: disable=g-import-not-at-top
+  checked = {label: run.check(config) for label, config in configs.items()}
+  for label, (config, warnings) in checked.items():
+    sanity.report(warnings)
     if label:
       print(f'# {label}')
     print(config_lib.format_config(config))

@@ -13,6 +13,7 @@ experiment file can set any method's keys. `describe()` gives every key's
 one-line description (`fedjax-het --show-config`).
 """
 import dataclasses
+import difflib
 import math
 
 import ml_collections
@@ -167,22 +168,64 @@ def format_config(config: ml_collections.ConfigDict) -> str:
 OPEN_DICTS = ('model_options', 'dataset_options')
 
 
+def _is_section(key: str, value) -> bool:
+  """Whether `key` of a reference config is a section whose keys are the
+  library's: not an entry of `OPEN_DICTS`, nor a dict option whose default is
+  empty (e.g. `cos2p.device_speeds`), whose keys their component checks."""
+  return (isinstance(value, ml_collections.ConfigDict) and bool(value) and
+          key not in OPEN_DICTS)
+
+
+def _dotted_keys(reference: ml_collections.ConfigDict, prefix: str = ''):
+  """Every dotted key of `reference`, its sections' names and their keys."""
+  for key, value in reference.items():
+    yield prefix + key
+    if _is_section(key, value):
+      yield from _dotted_keys(value, prefix + key + '.')
+
+
+def nearest_key(dotted: str, reference: ml_collections.ConfigDict) -> str | None:
+  """The known key of `reference` closest to the unknown `dotted` (difflib's
+  ratio ≥ 0.6): by the whole key ('round' → 'rounds', 'sytems.q' →
+  'systems.q'), else by its last part ('upload_every' → 'split.upload_every');
+  None when nothing is close."""
+  known = list(_dotted_keys(reference))
+  close = difflib.get_close_matches(dotted, known, n=1)
+  if close:
+    return close[0]
+  by_leaf = {}
+  for key in known:
+    by_leaf.setdefault(key.rsplit('.', 1)[-1], key)
+  close = difflib.get_close_matches(dotted.rsplit('.', 1)[-1], by_leaf, n=1)
+  return by_leaf[close[0]] if close else None
+
+
+def unknown_key(dotted: str, reference: ml_collections.ConfigDict) -> ConfigError:
+  """The one-line error for a key `reference` lacks, with the nearest known
+  key where one is close (`nearest_key`)."""
+  nearest = nearest_key(dotted, reference)
+  hint = f"; did you mean '{nearest}'?" if nearest else '.'
+  return ConfigError(f'unknown config key {dotted!r}{hint}')
+
+
 def check_known_keys(config: ml_collections.ConfigDict,
                      reference: ml_collections.ConfigDict,
-                     prefix: str = '') -> None:
-  """Raises ConfigError for a key of `config` that `reference` lacks.
+                     prefix: str = '', root=None) -> None:
+  """Raises ConfigError (`unknown_key`) for a key of `config` that
+  `reference` lacks; `root` is the whole reference (default `reference`),
+  where the nearest known key is looked for.
 
   The entries of `OPEN_DICTS`, and of any section whose default is empty
   (an open dict option such as `cos2p.device_speeds`), are passed through to
   their component, which checks them itself.
   """
+  root = reference if root is None else root
   for key, value in config.items():
     if key not in reference:
-      raise ConfigError(f'unknown config key {prefix + key!r}.')
-    if isinstance(value, ml_collections.ConfigDict) and isinstance(
-        reference[key], ml_collections.ConfigDict) and reference[key] and \
-        key not in OPEN_DICTS:
-      check_known_keys(value, reference[key], prefix + key + '.')
+      raise unknown_key(prefix + key, root)
+    if isinstance(value, ml_collections.ConfigDict) and _is_section(
+        key, reference[key]):
+      check_known_keys(value, reference[key], prefix + key + '.', root)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

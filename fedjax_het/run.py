@@ -384,6 +384,43 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   return RoundRunner(algorithm, config.backend, config.map_chunk_size, mesh)
 
 
+def resolved_for_run(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` as a run trains with it: resolved (`config.resolve`), its metric
+  writers checked, `~` and $VARIABLES expanded in its paths."""
+  config = config_lib.resolve(config)
+  logging_writers.check(config.metric_writers)
+  return expand_paths(config)
+
+
+def checked_experiment(config: ml_collections.ConfigDict):
+  """`build_experiment(config)` and the warnings about its federation
+  (`sanity.data_warnings`): (split, model, params, algorithm, warnings). A bad
+  dataset, partition, model or size, a missing data_dir or file, or more
+  clients than a natural set's files hold is a ConfigError."""
+  try:
+    split, model, params, algorithm = build_experiment(config)
+  except ValueError as e:  # bad dataset/partition/model choices or sizes.
+    raise config_lib.ConfigError(str(e)) from e
+  return (split, model, params, algorithm,
+          sanity.data_warnings(split, config.batch_size))
+
+
+def check(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, list[str]]:
+  """What a run checks before it trains, without a workdir and without
+  training (`fedjax-het --show-config`): the config resolved
+  (`resolved_for_run`), the data loaded and the federation built and checked
+  against the model (`checked_experiment`: a natural set's files read, its
+  clients counted against num_clients), the cohort's devices (`make_runner`).
+
+  Returns:
+    (the config as the run trains with it, the warnings about its federation).
+  """
+  config = resolved_for_run(config)
+  *_, algorithm, warnings = checked_experiment(config)
+  make_runner(config, algorithm)
+  return config, warnings
+
+
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment of `config` in `workdir`.
 
@@ -394,9 +431,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   WorkdirError when the workdir is busy, unusable or a write fails.
   """
   started = time.perf_counter()
-  config = config_lib.resolve(config)
-  logging_writers.check(config.metric_writers)
-  config = expand_paths(config)
+  config = resolved_for_run(config)
   workdir = workdir_lib.expand(workdir)
   workdir_lib.create(workdir)
   held = (workdir_lib.lock(workdir) if jax.process_index() == 0 else
@@ -440,11 +475,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   """`train` once the workdir is held; `started` is the session's start."""
   _check_same_run(workdir, config, checkpoints)
   primary = jax.process_index() == 0
-  try:
-    split, model, params, algorithm = build_experiment(config)
-  except ValueError as e:  # bad dataset/partition/model choices or sizes.
-    raise config_lib.ConfigError(str(e)) from e
-  warnings = sanity.data_warnings(split, config.batch_size)
+  split, _, params, algorithm, warnings = checked_experiment(config)
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
                            json.dumps(run_record(config), indent=2))
