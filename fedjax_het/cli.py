@@ -260,14 +260,17 @@ def _print_summary(summary: dict, workdir: str) -> None:
 def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
   """--show-config: checks every config as a run does before it trains
   (`run.check`: data loaded, federation built, devices), prints the warnings
-  a run would print, then each config as the run trains with it, every key
-  with its description."""
+  a run would print and what a natural set's files gave, then each config as
+  the run trains with it, every key with its description."""
   from fedjax_het import run, sanity  # pylint: disable=g-import-not-at-top
+  from fedjax_het.data import natural  # pylint: disable=g-import-not-at-top
   checked = {label: run.check(config) for label, config in configs.items()}
-  for label, (config, warnings) in checked.items():
+  for label, (config, warnings, data_summary) in checked.items():
     sanity.report(warnings)
     if label:
       print(f'# {label}')
+    if data_summary is not None:
+      print(natural.format_summary(data_summary))
     print(config_lib.format_config(config))
   return 0
 

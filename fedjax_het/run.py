@@ -405,7 +405,14 @@ def checked_experiment(config: ml_collections.ConfigDict):
           sanity.data_warnings(split, config.batch_size))
 
 
-def check(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, list[str]]:
+def loaded_data_summary(split) -> dict | None:
+  """What a natural set's files gave (`natural.NaturalSplit.summary`: format,
+  files, clients kept and dropped, examples), None for other data."""
+  return split.summary if isinstance(split, natural_lib.NaturalSplit) else None
+
+
+def check(config: ml_collections.ConfigDict
+          ) -> tuple[ml_collections.ConfigDict, list[str], dict | None]:
   """What a run checks before it trains, without a workdir and without
   training (`fedjax-het --show-config`): the config resolved
   (`resolved_for_run`), the data loaded and the federation built and checked
@@ -413,12 +420,13 @@ def check(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict,
   clients counted against num_clients), the cohort's devices (`make_runner`).
 
   Returns:
-    (the config as the run trains with it, the warnings about its federation).
+    (the config as the run trains with it, the warnings about its federation,
+    the `loaded_data_summary` a run prints).
   """
   config = resolved_for_run(config)
-  *_, algorithm, warnings = checked_experiment(config)
+  split, *_, algorithm, warnings = checked_experiment(config)
   make_runner(config, algorithm)
-  return config, warnings
+  return config, warnings, loaded_data_summary(split)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -479,10 +487,11 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   if primary:
     workdir_lib.write_text(os.path.join(workdir, 'config.json'),
                            json.dumps(run_record(config), indent=2))
-    if isinstance(split, natural_lib.NaturalSplit):  # what the files gave
-      print(natural_lib.format_summary(split.summary), flush=True)
+    data_summary = loaded_data_summary(split)
+    if data_summary is not None:  # what the files gave
+      print(natural_lib.format_summary(data_summary), flush=True)
       workdir_lib.write_text(os.path.join(workdir, natural_lib.SUMMARY_FILE),
-                             json.dumps(split.summary, indent=2))
+                             json.dumps(data_summary, indent=2))
     sanity.report(warnings)
 
   state = algorithm.init(params, jax.random.PRNGKey(config.seed))

@@ -40,6 +40,8 @@ def test_more_clients_than_the_files_writers_are_refused_by_show_config(capsys, 
   assert cli.main(argv + ['--config.num_clients=4', '--show-config']) == 0
   out = capsys.readouterr().out
   assert "data_dir = '" + str(data) + "'" in out and 'num_clients = 4' in out
+  # What the files gave, as a run prints it (natural.format_summary).
+  assert out.startswith('data: fed_emnist, ') and "  clients: 4 of the train file's 4" in out
 
 
 def test_show_config_refuses_devices_the_run_cannot_use(capsys, tmp_path):
