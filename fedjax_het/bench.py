@@ -13,6 +13,12 @@ Workloads (synthetic data of the papers' shapes; the README's Speed section has 
 * W-FIARSE: FIARSE's CIFAR-10 setting: 100 clients × 500 images, ResNet-18 with
   static BN, cohort 10, 100 steps of batch 20, FIARSE with capacities
   {1/64, 1/16, 1/4, 1}.
+* W-TAIL: heavy-tailed client sizes, StackOverflow-shaped: 10,000 clients whose sizes follow
+  `stackoverflow_sizes` (a Pareto law fitted to TFF's StackOverflow train split, capped at
+  TFF's 256), sequences of 20 synthetic tokens over StackOverflow's 10,004 ids, a small
+  next-token LSTM (embedding 8, LSTM 16), cohort 50, one local epoch of batch 16
+  (`systems.work_unit='epochs'`), stored ragged (`data.RaggedData`).
+  `--num-clients 342477 --stream` is StackOverflow's population, streamed from memmapped files.
 
 For each run it prints one line per measurement and, last, one JSON object:
 `s_per_round_{median,min,max}` (rounds after one compiling warm-up round, each a
@@ -37,10 +43,12 @@ devices; each process is pinned to its share of the cores and holds one XLA CPU 
 FLOP/s is its rate times the process count; the centralised limit is one process's) and prints
 the report (with `processes`); the others only run the rounds. It is what a multi-host run does, on one host.
 
-`--stream` writes the federation (seeded, in blocks) to np.memmap files in a temporary
-directory, keeps it on the host and streams each round's cohort to the device ahead of use
-(`core.stream`); it adds the host and device data bytes and the largest anonymous RSS after a
-round (file-backed pages of the memmap are page cache, counted apart).
+`--stream` writes the federation (seeded, in blocks, ragged: `data.write_ragged`) to .npy files
+in a temporary directory, keeps it on the host as np.memmap and streams each round's cohort to
+the device ahead of use (`core.stream`); it adds the host and device data bytes and the largest
+anonymous RSS after a round (file-backed pages of the memmap are page cache, counted apart).
+W-TAIL's federation is always written this way; without `--stream` it is then placed on the
+device whole.
 """
 import argparse
 import dataclasses
@@ -64,7 +72,7 @@ from fedjax_het.methods.hist.hist import HFedAvg
 from fedjax_het.config import base_config
 from fedjax_het.core import sharding
 from fedjax_het.core.stream import CohortStream
-from fedjax_het.data import FederatedData
+from fedjax_het.data import RaggedData, write_ragged
 
 CAPACITIES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 
@@ -83,6 +91,18 @@ class Workload:
   algorithm: str = 'fedavg'
   num_classes: int = 10
   map_chunk_size: int = 0   # clients vmapped together in lax.map (backend map)
+  sizes: str = 'equal'      # 'equal': examples_per_client each; 'stackoverflow': that law
+  work_unit: str = 'steps'  # local_steps counts steps, or epochs of each client's data
+  tokens: bool = False      # shape is a token sequence, labels its next tokens
+
+
+# StackOverflow's client sizes. TFF's `stackoverflow.load_data` documents the train split:
+# 342,477 users holding 135,818,730 examples, users with fewer than 100 sentences removed. A
+# Pareto law with that floor, x_min = 100, and that mean, 396.6 examples, has
+# α = mean / (mean − x_min) = 1.337: median 100·2^(1/α) = 168, 90th percentile
+# 100·10^(1/α) = 561, P(n > 256) = (100/256)^α = 0.285. TFF's benchmark (Reddi et al. 2021)
+# caps every user at 256 examples, as `stackoverflow_sizes` does.
+SO_USERS, SO_EXAMPLES, SO_MIN_SIZE, SO_CAP = 342_477, 135_818_730, 100, 256
 
 
 WORKLOADS = {
@@ -91,7 +111,26 @@ WORKLOADS = {
     'W-PFL': Workload('simple_cnn', {}, (32, 32, 3), 1000, 50, 50, 5, 10),
     'W-FIARSE': Workload('resnet18', {'norm': 'static_bn'}, (32, 32, 3), 100,
                          500, 10, 100, 20, algorithm='fiarse'),
+    'W-TAIL': Workload('lstm', {'embed': 8, 'hidden': (16,)}, (20,), 10_000, SO_CAP, 50, 1,
+                       16, num_classes=10_004, sizes='stackoverflow', work_unit='epochs',
+                       tokens=True),
 }
+
+
+def stackoverflow_sizes(num_clients: int, seed: int = 0) -> np.ndarray:
+  """int32 [M] client sizes min(⌊x_min·(1 − u)^(−1/α)⌋, 256), u ~ U[0, 1): the Pareto law
+  above (x_min = 100, α = 1.337, StackOverflow's floor and mean), capped as TFF caps."""
+  mean = SO_EXAMPLES / SO_USERS
+  alpha = mean / (mean - SO_MIN_SIZE)
+  u = np.random.default_rng([seed, 1]).random(num_clients)
+  return np.minimum(SO_MIN_SIZE * (1 - u)**(-1 / alpha), SO_CAP).astype(np.int32)
+
+
+def client_sizes(workload: Workload, seed: int = 0) -> np.ndarray:
+  """int32 [M] examples per client of the workload's size law."""
+  if workload.sizes == 'stackoverflow':
+    return stackoverflow_sizes(workload.num_clients, seed)
+  return np.full(workload.num_clients, workload.examples_per_client, np.int32)
 
 
 def _times(step: Callable[[Any], Any], state, rounds: int) -> tuple[list, Any]:
@@ -138,10 +177,15 @@ def centralized_program(workload: Workload, model, params,
   {'xla_cpu_experimental_ynn_fusion_type': ...}; None: the defaults) and the FLOPs and bytes
   accessed of one minibatch step by XLA's cost analysis.
   """
-  steps = workload.cohort * workload.local_steps
+  steps = cohort_steps(workload)
   key_x, key_y = jax.random.split(jax.random.PRNGKey(2))
-  xs = jax.random.normal(key_x, (steps, workload.batch_size, *workload.shape))
-  ys = jax.random.randint(key_y, (steps, workload.batch_size), 0, workload.num_classes)
+  if workload.tokens:  # token ids in, the next tokens out
+    xs = jax.random.randint(key_x, (steps, workload.batch_size, *workload.shape), 1,
+                            workload.num_classes)
+    ys = jax.random.randint(key_y, xs.shape, 1, workload.num_classes)
+  else:
+    xs = jax.random.normal(key_x, (steps, workload.batch_size, *workload.shape))
+    ys = jax.random.randint(key_y, (steps, workload.batch_size), 0, workload.num_classes)
 
   def sgd(p, batch):
     def loss(p):
@@ -160,7 +204,7 @@ def centralized(workload: Workload, model, params, rounds: int) -> dict:
   """The centralised limit: best of up to 5 runs of `centralized_program`, and its cost."""
   run_all, flops, bytes_accessed = centralized_program(workload, model, params)
   seconds, _ = _times(run_all, params, max(1, min(rounds, 5)))
-  steps = workload.cohort * workload.local_steps
+  steps = cohort_steps(workload)
   return {'centralized_s': min(seconds), 'round_flops': flops * steps,
           'round_bytes_accessed': bytes_accessed * steps}
 
@@ -188,6 +232,7 @@ def workload_config(workload: Workload, backend: str = 'auto', algorithm: str = 
       num_train=workload.num_clients * workload.examples_per_client,
       num_test=workload.num_classes, shape=workload.shape, num_classes=workload.num_classes)
   config.model_options = dict(workload.model_options)
+  config.systems.work_unit = workload.work_unit
   if trains_every_client(algorithm):
     config.hierarchy.update(num_cells=2, edge_rounds=1)
   if methods.ALGORITHMS[algorithm].supports_capacities:
@@ -215,13 +260,23 @@ def initial_state(method, runner, params):
   return runner.place(method.init(jax.tree.map(jnp.copy, params), jax.random.PRNGKey(1)))
 
 
+def cohort_steps(workload: Workload) -> int:
+  """The local steps of a round's cohort: cohort · local_steps, where a client's unit of work
+  is an epoch times its mean ⌈n/B⌉ over the clients (the expected cohort's steps)."""
+  per_unit = 1.0
+  if workload.work_unit == 'epochs':
+    per_unit = float(np.mean(-(-client_sizes(workload) // workload.batch_size)))
+  return round(workload.cohort * workload.local_steps * per_unit)
+
+
 def round_timings(workload: Workload, seconds: list[float]) -> dict:
   """The report's federation sizes and the s/round of timed rounds `seconds`:
-  median, min, max, and examples/s = cohort · steps · batch / median."""
+  median, min, max, and examples/s = cohort steps · batch / median."""
   median = float(np.median(seconds))
-  examples = workload.cohort * workload.local_steps * workload.batch_size
+  examples = cohort_steps(workload) * workload.batch_size
   return {'num_clients': workload.num_clients, 'cohort': workload.cohort,
           'local_steps': workload.local_steps, 'batch_size': workload.batch_size,
+          'work_unit': workload.work_unit, 'cohort_steps': cohort_steps(workload),
           'rounds_timed': len(seconds),
           's_per_round_median': median, 's_per_round_min': float(np.min(seconds)),
           's_per_round_max': float(np.max(seconds)),
@@ -248,34 +303,38 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
           }, model, params
 
 
-def host_federation(workload: Workload, directory: str, feature_dtype: str = 'float32',
-                    seed: int = 0) -> FederatedData:
-  """The workload's synthetic federation as read-only np.memmap files in `directory`.
+def federation_blocks(workload: Workload, counts: np.ndarray, feature_dtype: str = 'float32',
+                      seed: int = 0):
+  """The workload's synthetic rows, client after client, as (x, y) blocks of about 64 MiB (a
+  block seeded by (seed, its first client)). Token workloads: x uint16 ids uniform over
+  [1, V) (the model casts them to int32), y int32 the next token of each; otherwise
+  standard normal (float32) or 0/1 (uint8, 4x smaller: the model's first layer casts them)
+  features and uniform int32 labels."""
+  row_bytes = int(np.prod(workload.shape)) * (2 if workload.tokens else
+                                               np.dtype(feature_dtype).itemsize)
+  block = max(1, (64 << 20) // (row_bytes * workload.examples_per_client))
+  for start in range(0, len(counts), block):
+    rng = np.random.default_rng([seed, start])
+    rows = int(counts[start:start + block].sum())
+    if workload.tokens:
+      tokens = rng.integers(1, workload.num_classes, (rows, workload.shape[0] + 1), np.int32)
+      yield tokens[:, :-1].astype(np.uint16), tokens[:, 1:]
+      continue
+    if feature_dtype == 'uint8':
+      x = rng.integers(0, 2, (rows, *workload.shape), np.uint8)
+    else:
+      x = rng.standard_normal((rows, *workload.shape), np.float32)
+    yield x, rng.integers(0, workload.num_classes, rows, np.int32)
 
-  Written in blocks of clients (each block seeded by (seed, first client)), so the whole
-  federation never sits in memory. Features are standard normal (float32) or 0/1 (uint8,
-  4x smaller: the model's first layer casts them to float32); labels uniform; every client
-  holds `examples_per_client` examples.
-  """
-  clients, examples = workload.num_clients, workload.examples_per_client
-  shape = (clients, examples, *workload.shape)
-  per_client = int(np.prod(shape[1:])) * np.dtype(feature_dtype).itemsize
-  block = max(1, (64 << 20) // per_client)
-  paths = {name: os.path.join(directory, name) for name in ('x', 'y', 'counts')}
-  with open(paths['x'], 'wb') as fx, open(paths['y'], 'wb') as fy:
-    for start in range(0, clients, block):
-      rng = np.random.default_rng([seed, start])
-      size = (min(block, clients - start), *shape[1:])
-      if feature_dtype == 'uint8':
-        fx.write(rng.integers(0, 2, size, np.uint8).tobytes())
-      else:
-        fx.write(rng.standard_normal(size, np.float32).tobytes())
-      fy.write(rng.integers(0, workload.num_classes, size[:2], np.int32).tobytes())
-  np.full(clients, examples, np.int32).tofile(paths['counts'])
-  return FederatedData(
-      x=np.memmap(paths['x'], feature_dtype, 'r', shape=shape),
-      y=np.memmap(paths['y'], np.int32, 'r', shape=shape[:2]),
-      counts=np.memmap(paths['counts'], np.int32, 'r', shape=(clients,)))
+
+def host_federation(workload: Workload, directory: str, feature_dtype: str = 'float32',
+                    seed: int = 0) -> RaggedData:
+  """The workload's synthetic federation written ragged to `directory` (`federation_blocks`,
+  sizes from `client_sizes`) and opened read-only memmapped: the whole federation never sits
+  in memory. Its draw length is `examples_per_client` (the size law's cap)."""
+  counts = client_sizes(workload, seed)
+  return write_ragged(directory, counts, federation_blocks(workload, counts, feature_dtype, seed),
+                      max_examples=workload.examples_per_client)
 
 
 def host_memory() -> dict:
@@ -291,10 +350,11 @@ def host_memory() -> dict:
   return {fields[l[0][:-1]]: int(l[1]) * 1024 for l in lines if l and l[0][:-1] in fields}
 
 
-def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int,
-                   client_devices: int, feature_dtype: str) -> tuple[dict, Any, Any]:
-  """`federated_round` with the federation in memmapped host files, cohorts streamed
-  (`core.stream.CohortStream`, one round per call, the next prefetched)."""
+def host_round(workload: Workload, backend: str, algorithm: str, rounds: int,
+               client_devices: int, feature_dtype: str, stream: bool) -> tuple[dict, Any, Any]:
+  """`federated_round` on `host_federation`'s files: cohorts streamed from them
+  (`core.stream.CohortStream`, one round per call, the next prefetched) or, without
+  `stream`, the federation placed on the device whole (ragged)."""
   config = workload_config(workload, backend, algorithm, client_devices)
   with tempfile.TemporaryDirectory(prefix='fedjax_het_stream_') as directory:
     tic = time.perf_counter()
@@ -306,24 +366,34 @@ def streamed_round(workload: Workload, backend: str, algorithm: str, rounds: int
     params = models.init_params(model, init_key, workload.shape)
     method = methods.create_algorithm(algorithm, config, model, data)
     runner = run.make_runner(config, method)
-    stream = CohortStream(runner, data)
+    if stream:
+      run_round = CohortStream(runner, data).run
+    else:
+      placed = runner.place(data.to_device())
+      run_round = lambda s, n: runner.run(s, placed, n)
     state = initial_state(method, runner, params)
     anon = []
 
     def step(s):
-      s = jax.block_until_ready(stream.run(s, 1)[0])
+      s = jax.block_until_ready(run_round(s, 1)[0])
       anon.append(host_memory().get('rss_anon_bytes', 0))
       return s
 
     seconds, _ = _times(step, state, rounds)
-    per_client = int(data.x[0].nbytes + data.y[0].nbytes + data.counts.itemsize)
+    row_bytes = (data.x.nbytes + data.y.nbytes) // len(data.y)
+    counts = np.asarray(data.counts)
   return {'backend': runner.backend,
           'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
-          'seconds': seconds, 'stream': True, 'feature_dtype': feature_dtype,
-          'data_bytes_per_client': per_client,
-          'host_data_bytes': per_client * workload.num_clients,
-          # the running round's cohort and the prefetched next one
-          'device_data_bytes': 2 * per_client * workload.cohort,
+          'seconds': seconds, 'stream': stream, 'feature_dtype': str(data.x.dtype),
+          'client_sizes': {'mean': float(counts.mean()), 'min': int(counts.min()),
+                           'median': float(np.median(counts)), 'max': int(counts.max())},
+          # Σ counts × row + counts and offsets, as stored (padded: M × max × row)
+          'data_bytes_per_client': data.nbytes / workload.num_clients,
+          'host_data_bytes': data.nbytes,
+          'padded_data_bytes': workload.num_clients * workload.examples_per_client * row_bytes,
+          # the running round's padded cohort and the prefetched next one
+          'device_data_bytes': (2 * workload.cohort * workload.examples_per_client * row_bytes
+                                if stream else data.nbytes),
           'generate_s': generate_s, 'max_rss_anon_bytes': max(anon),
           }, model, params
 
@@ -344,6 +414,9 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   if workload_name not in WORKLOADS:
     raise ValueError(f'unknown workload {workload_name!r}; choose one of '
                      f'{", ".join(WORKLOADS)}.')
+  if feature_dtype != 'float32' and WORKLOADS[workload_name].tokens:
+    raise ValueError(f'{workload_name} stores token ids (uint16); --feature-dtype is for '
+                     'image features.')
   if algorithm is not None and algorithm not in methods.ALGORITHMS:
     raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
                      f'{", ".join(sorted(methods.ALGORITHMS))}.')
@@ -361,9 +434,9 @@ def benchmark(workload_name: str, backend: str = 'auto', rounds: int = 10,
   algorithm = algorithm or workload.algorithm
   if trains_every_client(algorithm) and 'num_clients' not in overrides:
     workload = dataclasses.replace(workload, num_clients=workload.cohort)
-  if stream:
-    timed, model, params = streamed_round(workload, backend, algorithm, rounds,
-                                          client_devices, feature_dtype)
+  if stream or workload.sizes != 'equal':
+    timed, model, params = host_round(workload, backend, algorithm, rounds, client_devices,
+                                      feature_dtype, stream)
   else:
     timed, model, params = federated_round(workload, backend, algorithm, rounds,
                                            client_devices)

@@ -98,7 +98,7 @@ def build_experiment(config: ml_collections.ConfigDict):
   model = models.create_model(config.model, split.num_classes, **model_options)
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.seed))
   input_shape = augment_lib.output_shape(config.augment,
-                                         split.train.x.shape[2:])
+                                         split.train.feature_shape)
   params = models.init_params(model, init_key, input_shape)
   if init_file:
     params = vit_pretrained.load_pretrained(model, params, init_file,
@@ -502,7 +502,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
     stream = CohortStream(runner, split.train, last_round=config.rounds)
     run_chunk = stream.run
   else:
-    train_data = runner.place(split.train.to_device())
+    # On the device without padding: memory follows Σ counts (the same batches).
+    train_data = runner.place(split.train.ragged().to_device())
     run_chunk = lambda state, n: runner.run(state, train_data, n)
 
   # The processes' first collective (orbax's) follows unequally long compiles.

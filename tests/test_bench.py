@@ -1,7 +1,9 @@
 """`fedjax-het bench`: the last output line is the JSON report, and its numbers add up."""
+import dataclasses
 import json
 import os
 
+import numpy as np
 import pytest
 
 from fedjax_het import bench, cli
@@ -153,3 +155,27 @@ def test_cpu_lowering_rejects_an_unknown_library(monkeypatch):
   cpu_lowering = bench_script('cpu_lowering', monkeypatch)
   with pytest.raises(ValueError, match='unknown library .mkl.'):
     cpu_lowering.build(bench.WORKLOADS['W-PFL'], 'im2col+mkl')
+
+
+def test_the_stackoverflow_size_law_has_the_documented_floor_and_tail():
+  sizes = bench.stackoverflow_sizes(200_000)
+  assert sizes.min() == 100 and sizes.max() == 256
+  # Pareto(x_min 100, α = 396.6 / 296.6): median 100·2^(1/α) = 168, P(n > 256) = 0.285,
+  # here at the cap; 200,000 draws put both within 3 standard errors.
+  assert abs(np.median(sizes) - 168) <= 2
+  assert abs(np.mean(sizes == 256) - 0.2853) < 0.003
+  np.testing.assert_array_equal(bench.stackoverflow_sizes(5), bench.stackoverflow_sizes(5))
+
+
+def test_the_tail_workload_is_stored_ragged(tmp_path):
+  workload = dataclasses.replace(bench.WORKLOADS['W-TAIL'], num_clients=30)
+  data = bench.host_federation(workload, str(tmp_path))
+  counts = bench.client_sizes(workload)
+  np.testing.assert_array_equal(data.counts, counts)
+  # 20 uint16 ids and 20 int32 next tokens a row, int32 counts and offsets a client.
+  assert data.nbytes == counts.sum() * 20 * (2 + 4) + 30 * 8
+  assert data.max_examples == 256 and data.x.dtype == np.uint16
+  np.testing.assert_array_equal(data.y[:, :-1], data.x[:, 1:])
+  assert data.y.min() >= 1 and data.y.max() < 10_004
+  # One epoch of batch 16: ⌈n/16⌉ steps a client, the cohort's 50 on average.
+  assert bench.cohort_steps(workload) == round(50 * np.mean(-(-counts // 16)))

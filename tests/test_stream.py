@@ -24,7 +24,7 @@ def build(name, data, **overrides):
     config.capacities = (0.5, 1.0)
     config.submodel.scaler = False
   model = models.create_model('mlp', 3, **config.model_options.to_dict())
-  params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
+  params = models.init_params(model, jax.random.PRNGKey(0), data.feature_shape)
   algorithm = methods.create_algorithm(name, config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(1))
 

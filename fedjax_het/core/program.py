@@ -297,8 +297,8 @@ def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
   # branches close over to the cohort axis, so a closure over the whole
   # federation x [M, N, ...] would be copied K times (0.6 GB per client on
   # W-PFL); its own rows are what the client reads anyway.
-  x, y = jnp.asarray(data.x)[row], jnp.asarray(data.y)[row]
-  max_examples = x.shape[0]
+  max_examples = data.max_examples
+  x, y = data.examples(row, jnp.arange(max_examples))  # padded or ragged layout
   count = jnp.asarray(data.counts)[row]
   epochs_bound = batching.epochs_per_batch(program.batch_size, min_count)
   step_keys = key_streams.fold(key, key_streams.Stream.STEP_KEYS)
@@ -381,8 +381,9 @@ def run_program(program: ClientProgram | ProgramSequence, start: LocalModel,
     program: a `ClientProgram` or a `sequence` of them.
     start: the client's start model and persistent state.
     plan: the client's plan (unbatched).
-    data: `FederatedData` (x [M, N, ...], y [M, N], counts [M]), or a streamed
-      round's `CohortData` holding the client's rows (`data.client_row`).
+    data: `FederatedData` (x [M, N, ...], y [M, N], counts [M]), `RaggedData`
+      (rows back to back), or a streamed round's `CohortData` holding the client's
+      rows (`data.client_row`); read through `data.examples`.
     min_count: static smallest client size (bounds the epochs a batch
       touches, `batching.epochs_per_batch`).
 

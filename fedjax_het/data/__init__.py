@@ -6,7 +6,8 @@ Note: `fedjax_het.data.partition` is the partition dispatcher function; import p
 helpers from the module with `from fedjax_het.data.partition import dirichlet`.
 """
 
-from fedjax_het.data.federated import CohortData, FederatedData
+from fedjax_het.data.federated import CohortData, FederatedData, RaggedData
+from fedjax_het.data.federated import open_ragged, write_ragged
 from fedjax_het.data.federated import FederatedSplit
 from fedjax_het.data.federated import build_federated
 from fedjax_het.data.federated import client_label_histogram
@@ -30,6 +31,7 @@ from fedjax_het.data.sources import load_dataset
 
 __all__ = [
     'ArrayDataset', 'CohortData', 'DATASETS', 'FederatedData', 'FederatedSplit', 'NATURAL_DATASETS',
+    'RaggedData', 'open_ragged', 'write_ragged',
     'PARTITIONS',
     'balanced_dirichlet', 'build_federated', 'class_blocks', 'client_label_histogram', 'dirichlet', 'iid',
     'load_dataset', 'load_natural', 'one_class_per_client', 'pack_clients', 'partition', 'quantity_skew',

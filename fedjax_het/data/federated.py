@@ -1,20 +1,28 @@
-"""Federated layout: per-client examples padded into one array with a leading client axis.
+"""Federated layouts: per-client examples padded into one array with a leading client axis
+(`FederatedData`), or stored back to back with offsets (`RaggedData`).
 
 `pack_clients` and `build_federated` return host (numpy) arrays; `FederatedData.to_device`
 places them once (optionally sharded over the client axis), so the engine decides placement and
 a large federation is copied exactly once on the host (the padded gather) and once to the device.
+`FederatedData.ragged()` drops the padding: memory then follows Σ_m n_m examples, not M × the
+largest client (the trainer places that layout on the device; `write_ragged` / `open_ragged`
+keep it as memmapped .npy files for streaming).
 
 A federation larger than device memory stays on the host (numpy or `np.memmap` leaves) and is
 streamed: `FederatedData.cohorts` gathers the rows of the rounds' cohorts into a `CohortData`
 (`core.stream.CohortStream` moves them to the device a chunk of rounds ahead). In-round code
 reads a client's rows through `data.client_row(client_id)`, the identity on a `FederatedData`
-and the cohort row holding that client on a `CohortData`, so one client program serves both.
+and the cohort row holding that client on a `CohortData`, and its examples through
+`data.examples(row, idx)`, so one client program serves every layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import json
+import mmap
+import os
+from typing import Any, Iterable
 
 import flax.struct
 import jax
@@ -50,6 +58,16 @@ class FederatedData:
   def max_examples(self) -> int:
     return self.y.shape[1]
 
+  @property
+  def feature_shape(self) -> tuple[int, ...]:
+    """One example's feature shape (x's trailing axes)."""
+    return tuple(self.x.shape[2:])
+
+  @property
+  def label_shape(self) -> tuple[int, ...]:
+    """One example's label shape: () for a class, (L,) for next-token targets."""
+    return tuple(self.y.shape[2:])
+
   def to_device(self, sharding: jax.sharding.Sharding | None = None) -> FederatedData:
     """Copies all leaves to the device(s); e.g. a NamedSharding over the client axis."""
     return jax.device_put(self, sharding)
@@ -57,6 +75,20 @@ class FederatedData:
   def client_row(self, client_id: jax.Array) -> jax.Array:
     """The row of `x`, `y`, `counts` holding client `client_id`: the id itself."""
     return client_id
+
+  def examples(self, row: jax.Array, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x [..., *f], y [..., *l]): rows `idx` (int, any shape, each < counts[row]) of the
+    client in row `row`."""
+    return _padded_examples(self, row, idx)
+
+  def ragged(self) -> RaggedData:
+    """The same federation with the padding dropped (host numpy leaves); its minibatch
+    draws keep this layout's length `max_examples`, so training on it is bit-identical."""
+    counts = np.asarray(self.counts)
+    valid = np.arange(self.max_examples) < counts[:, None]
+    return RaggedData(x=np.asarray(self.x)[valid], y=np.asarray(self.y)[valid],
+                      counts=counts, offsets=_offsets(counts),
+                      max_examples=self.max_examples)
 
   def validate(self, num_classes: int, chunk_bytes: int = 1 << 26) -> None:
     """Raises a one-line ValueError naming the first bad client and row.
@@ -103,6 +135,23 @@ class FederatedData:
                       client_ids=ids.astype(np.int32))
 
 
+def _padded_examples(data, row: jax.Array, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`examples` of a padded layout (x [M, N, ...]): x[row, idx], y[row, idx]."""
+  return jnp.asarray(data.x)[row, idx], jnp.asarray(data.y)[row, idx]
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+  """int32 [M]: where each client's rows start in the back-to-back layout (exclusive cumsum).
+
+  Raises a one-line ValueError when Σ counts does not fit an int32 row index.
+  """
+  ends = np.cumsum(np.asarray(counts, np.int64))
+  if ends.size and ends[-1] >= 2**31:
+    raise ValueError(f'a ragged federation indexes its rows with int32; {ends[-1]:,} rows are '
+                     'too many: split the federation.')
+  return np.concatenate([[0], ends[:-1]]).astype(np.int32)
+
+
 def _first(bad: np.ndarray) -> tuple[int, ...] | None:
   """The index of the first set entry of `bad`, or None if none is set."""
   return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
@@ -112,17 +161,28 @@ def _validate_rows(x: np.ndarray, y: np.ndarray, counts: np.ndarray, num_classes
                    first_client: int) -> None:
   """`FederatedData.validate` of the valid rows of a block of clients from `first_client`."""
   valid = np.arange(y.shape[1]) < counts[:, None]
-  tokens = y.reshape(*y.shape[:2], -1)  # a class label is one token
-  at = _first(valid[..., None] & ((tokens < 0) | (tokens >= num_classes)))
+  clients, rows = np.nonzero(valid)
+  _check_examples(x[valid], y[valid], num_classes,
+                  lambda i: (first_client + clients[i], rows[i]))
+
+
+def _check_examples(x: np.ndarray, y: np.ndarray, num_classes: int, position) -> None:
+  """Raises a one-line ValueError naming `position(i)` = (client, row) of the first bad
+  example i of x [n, *f], y [n, *l]: a label (token) outside [0, num_classes), or a feature
+  that is not finite."""
+  tokens = y.reshape(len(y), -1)  # a class label is one token
+  at = _first((tokens < 0) | (tokens >= num_classes))
   if at:
-    kind, range_of = ('token', 'vocabulary') if y.ndim > 2 else ('label', 'classes')
-    raise ValueError(f'federated data: client {first_client + at[0]}, row {at[1]}: {kind} '
+    kind, range_of = ('token', 'vocabulary') if y.ndim > 1 else ('label', 'classes')
+    client, row = position(at[0])
+    raise ValueError(f'federated data: client {client}, row {row}: {kind} '
                      f'{tokens[at]} lies outside [0, {num_classes}), the model\'s {range_of}; '
                      'fix the labels or the number of classes.')
   if np.issubdtype(x.dtype, np.inexact):
-    at = _first(valid & ~np.isfinite(x).reshape(*x.shape[:2], -1).all(-1))
+    at = _first(~np.isfinite(x).reshape(len(x), -1).all(-1))
     if at:
-      raise ValueError(f'federated data: client {first_client + at[0]}, row {at[1]}: its '
+      client, row = position(at[0])
+      raise ValueError(f'federated data: client {client}, row {row}: its '
                        'features are not finite (NaN or inf); fix or drop that example.')
 
 
@@ -144,7 +204,11 @@ class CohortData:
 
   @property
   def max_examples(self) -> int:
-    return self.y.shape[-1]
+    return self.x.shape[self.counts.ndim]  # x [(R,) K, N, ...]
+
+  def examples(self, row: jax.Array, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x [..., *f], y [..., *l]): rows `idx` of the cohort row `row` (one round's cohort)."""
+    return _padded_examples(self, row, idx)
 
   def client_row(self, client_id: jax.Array) -> jax.Array:
     """The cohort row holding client `client_id` (a scalar; the first row of a repeated
@@ -155,6 +219,182 @@ class CohortData:
     """bool [...]: whether each of `client_ids` has a row in this cohort."""
     ids = jnp.asarray(client_ids)
     return jnp.any(ids[..., None] == jnp.asarray(self.client_ids), axis=-1)
+
+
+@flax.struct.dataclass
+class RaggedData:
+  """Per-client data stored back to back: client m's n_m rows are rows
+  offsets[m] .. offsets[m] + n_m − 1 of x and y, so the data take Σ_m n_m rows, not
+  M × max_m n_m (a pytree that can be passed into jit, like `FederatedData`).
+
+  Attributes:
+    x: [Σ counts, *feature_shape] features, client after client.
+    y: [Σ counts, *label_shape] integer labels (next-token targets [Σ counts, L]).
+    counts: [num_clients] int32 rows per client (>= 1).
+    offsets: [num_clients] int32 first row of each client (the exclusive cumsum of counts).
+    max_examples: static length N of a client's minibatch draws (`core.batching` permutes N
+      positions, the first n_m of them valid): the padded layout's N, so a run on either
+      layout draws the same batches.
+  Leaves are numpy arrays (or read-only `np.memmap`, `open_ragged`) until `to_device`.
+  """
+  x: Any
+  y: Any
+  counts: Any
+  offsets: Any
+  max_examples: int = flax.struct.field(pytree_node=False)
+
+  @property
+  def num_clients(self) -> int:
+    return self.counts.shape[0]
+
+  @property
+  def feature_shape(self) -> tuple[int, ...]:
+    return tuple(self.x.shape[1:])
+
+  @property
+  def label_shape(self) -> tuple[int, ...]:
+    return tuple(self.y.shape[1:])
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the stored data: Σ counts × (an x row + a y row) + counts and offsets."""
+    return sum(int(a.nbytes) for a in (self.x, self.y, self.counts, self.offsets))
+
+  def to_device(self, sharding: jax.sharding.Sharding | None = None) -> RaggedData:
+    """Copies all leaves to the device(s) (replicated: rows are not split by client)."""
+    return jax.device_put(self, sharding)
+
+  def client_row(self, client_id: jax.Array) -> jax.Array:
+    """The client's index into `counts` and `offsets`: the id itself."""
+    return client_id
+
+  def examples(self, row: jax.Array, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x [..., *f], y [..., *l]): rows `idx` (int, any shape, each < counts[row]) of
+    client `row` (a scalar), i.e. x[offsets[row] + idx]. An index past the stored rows
+    (a padded position >= counts[row] of the last clients) is clipped to the last row."""
+    at = jnp.asarray(self.offsets)[row] + idx
+    return (jnp.take(jnp.asarray(self.x), at, axis=0, mode='clip'),
+            jnp.take(jnp.asarray(self.y), at, axis=0, mode='clip'))
+
+  def validate(self, num_classes: int, chunk_bytes: int = 1 << 26) -> None:
+    """Raises a one-line ValueError naming the first bad client and row.
+
+    Checks the layout (counts, offsets [M], x and y with Σ counts rows, offsets the
+    exclusive cumsum of counts), every count within [1, max_examples], every label or
+    token in [0, num_classes) and every feature finite. Rows are read `chunk_bytes` at a
+    time; from a memmapped file through a map of that chunk only, so validating a large
+    file leaves none of it resident.
+    """
+    counts, offsets = np.asarray(self.counts), np.asarray(self.offsets)
+    for name, leaf in (('counts', counts), ('offsets', offsets), ('y', self.y)):
+      if not np.issubdtype(leaf.dtype, np.integer):
+        raise ValueError(f'ragged data: {name} are {leaf.dtype}; they must be integers.')
+    total = int(counts.sum(dtype=np.int64))
+    if counts.ndim != 1 or offsets.shape != counts.shape or len(self.x) != total or \
+        len(self.y) != total or not np.array_equal(offsets, _offsets(counts)):
+      raise ValueError(f'ragged data: counts {counts.shape}, offsets {offsets.shape}, x '
+                       f'{self.x.shape} and y {self.y.shape} must be [M], [M] (the exclusive '
+                       f'cumsum of counts) and [Σ counts = {total}, ...].')
+    at = _first((counts < 1) | (counts > self.max_examples))
+    if at:
+      raise ValueError(f'ragged data: client {at[0]} has counts {counts[at]}, outside '
+                       f'[1, {self.max_examples}] (max_examples); fix the counts.')
+    row_bytes = max(self.x[:1].nbytes + self.y[:1].nbytes, 1)
+    step = max(1, chunk_bytes // row_bytes)
+    for start in range(0, total, step):
+      stop = min(total, start + step)
+      rows = np.arange(start, stop)
+
+      def position(i, rows=rows):
+        client = int(np.searchsorted(offsets, rows[i], side='right')) - 1
+        return client, int(rows[i] - offsets[client])
+
+      _check_examples(_read_rows(self.x, start, stop), _read_rows(self.y, start, stop),
+                      num_classes, position)
+
+  def cohorts(self, client_ids: np.ndarray) -> CohortData:
+    """The padded rows (zeros past each count, length `max_examples`) of the clients
+    `client_ids` (int [..., K]) as a `CohortData` with the same leading axes: what
+    `FederatedData.cohorts` gives for the padded layout. Reads only those clients' rows."""
+    ids = np.asarray(client_ids, np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= self.num_clients):
+      raise ValueError(f'cohort client ids must lie in [0, {self.num_clients}), got range '
+                       f'[{ids.min()}, {ids.max()}].')
+    counts = np.asarray(self.counts)[ids]
+    valid = np.arange(self.max_examples) < counts[..., None]
+    rows = np.asarray(self.offsets, np.int64)[ids][..., None] + np.arange(self.max_examples)
+    x = np.zeros(valid.shape + self.feature_shape, self.x.dtype)
+    y = np.zeros(valid.shape + self.label_shape, self.y.dtype)
+    x[valid], y[valid] = self.x[rows[valid]], self.y[rows[valid]]
+    return CohortData(x=x, y=y, counts=counts, client_ids=ids.astype(np.int32))
+
+
+def _read_rows(leaf, start: int, stop: int) -> np.ndarray:
+  """Rows [start, stop) of `leaf` as an in-memory array; from a whole memmapped file
+  through a transient map of those rows, unmapped when the copy is made."""
+  if isinstance(leaf, np.memmap) and isinstance(leaf.base, mmap.mmap):
+    row_bytes = leaf[:1].nbytes
+    chunk = np.memmap(leaf.filename, leaf.dtype, 'r', offset=leaf.offset + start * row_bytes,
+                      shape=(stop - start, *leaf.shape[1:]))
+    return np.array(chunk)
+  return np.asarray(leaf[start:stop])
+
+
+_RAGGED_FILES = ('x.npy', 'y.npy', 'counts.npy', 'layout.json')
+
+
+def write_ragged(directory: str, counts: np.ndarray,
+                 blocks: Iterable[tuple[np.ndarray, np.ndarray]],
+                 max_examples: int = 0) -> RaggedData:
+  """Writes a ragged federation as .npy files in `directory`, block by block, and opens it.
+
+  Args:
+    directory: an existing directory; x.npy, y.npy, counts.npy and layout.json are written.
+    counts: int [M] rows per client.
+    blocks: (x [b, *f], y [b, *l]) consecutive rows of the clients in order (any block
+      sizes), Σ b = Σ counts; only one block is held at a time.
+    max_examples: the minibatch draw length N; 0: the largest count.
+
+  Returns:
+    `open_ragged(directory)`.
+  """
+  counts = np.asarray(counts, np.int32)
+  total, written = int(counts.sum(dtype=np.int64)), 0
+  files = {}
+  try:
+    for x, y in blocks:
+      for name, rows in (('x', x), ('y', y)):
+        if name not in files:
+          files[name] = open(os.path.join(directory, f'{name}.npy'), 'wb')
+          np.lib.format.write_array_header_1_0(files[name], {
+              'descr': np.lib.format.dtype_to_descr(rows.dtype), 'fortran_order': False,
+              'shape': (total, *rows.shape[1:])})
+        files[name].write(np.ascontiguousarray(rows).tobytes())
+      written += len(x)
+  finally:
+    for f in files.values():
+      f.close()
+  if written != total or not files:
+    raise ValueError(f'the blocks hold {written} rows; the counts say {total}.')
+  np.save(os.path.join(directory, 'counts.npy'), counts)
+  with open(os.path.join(directory, 'layout.json'), 'w') as f:
+    json.dump({'max_examples': int(max_examples or counts.max())}, f)
+  return open_ragged(directory)
+
+
+def open_ragged(directory: str) -> RaggedData:
+  """The ragged federation `write_ragged` wrote in `directory`: x and y read-only
+  `np.memmap` (paged in as cohorts read them), counts and offsets in memory."""
+  missing = [n for n in _RAGGED_FILES if not os.path.exists(os.path.join(directory, n))]
+  if missing:
+    raise ValueError(f'{directory} holds no ragged federation: {", ".join(missing)} missing.')
+  counts = np.load(os.path.join(directory, 'counts.npy'))
+  with open(os.path.join(directory, 'layout.json')) as f:
+    layout = json.load(f)
+  return RaggedData(x=np.load(os.path.join(directory, 'x.npy'), mmap_mode='r'),
+                    y=np.load(os.path.join(directory, 'y.npy'), mmap_mode='r'),
+                    counts=counts, offsets=_offsets(counts),
+                    max_examples=int(layout['max_examples']))
 
 
 @dataclasses.dataclass(frozen=True)

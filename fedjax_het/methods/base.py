@@ -240,7 +240,7 @@ class FederatedAlgorithm:
       raise ValueError(
           f'{self.name} trains a single-output model; model_options.exits='
           'True (early exits) is for methods that read them, e.g. scalefl.')
-    if data.y.ndim > 2 and not self.supports_token_labels:
+    if data.label_shape and not self.supports_token_labels:
       raise ValueError(
           f'{self.name} trains on class labels; next-token data (text sets) '
           'run with the FedAvg, FedACS and submodel families.')
@@ -347,7 +347,7 @@ class FederatedAlgorithm:
           'client availability (systems.availability) are not modelled '
           'in cells: set one of them.')
     cells = cells_lib.Cells.from_config(
-        config, models.parameter_shapes(self.model, data.x.shape[2:]),
+        config, models.parameter_shapes(self.model, data.feature_shape),
         self.edge_rule)
     self.num_segments = cells.num_cells
     self.sums_deltas_in_map = cells.sums_deltas_in_map

@@ -280,10 +280,10 @@ class VitOnClock(FederatedAlgorithm):
           'width_depth_ratio.')
     self.counts = np.asarray(data.counts)
     self.batches = -(-self.counts // config.batch_size)      # ⌈n / B⌉
-    self.data_shape = tuple(data.x.shape[2:])
+    self.data_shape = data.feature_shape
     self.template = jax.eval_shape(
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
-            (1,) + tuple(data.x.shape[2:])))['params'])
+            (1,) + data.feature_shape))['params'])
     self.specs = vit.segment_specs(self.template)
     self.schedule = self.make_schedule()
 

@@ -171,7 +171,7 @@ class SubmodelAlgorithm(FedAvg):
     self.partial_average = (self.default_partial_average
                             if options.partial_average == 'auto'
                             else options.partial_average)
-    self.input_shape = tuple(data.x.shape[2:])
+    self.input_shape = data.feature_shape
     self.template = models.init_params(model, jax.random.PRNGKey(0),
                                        self.input_shape)
     self._eval_params = jax.jit(self.eval_params, static_argnums=1)

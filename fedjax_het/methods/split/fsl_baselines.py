@@ -133,7 +133,7 @@ class FslOc(GradientReturn):
     """
     cohort = plans.client_id.shape[0]
     steps, batch_size = self.max_local_steps(), self.config.batch_size
-    x, y, counts = data.x, data.y, jnp.asarray(data.counts)
+    counts = jnp.asarray(data.counts)
     bound = batching.epochs_per_batch(batch_size, self.min_client_count)
     active = plans.is_active()
     order = slot_order(plans.client_id, 'natural')
@@ -145,13 +145,12 @@ class FslOc(GradientReturn):
       row = data.client_row(plan.client_id)
       idx = batching.batch_indices(
           plan.key, s, counts[row], batch_size=batch_size,
-          max_examples=x.shape[1], max_epochs_per_batch=bound)
+          max_examples=data.max_examples, max_epochs_per_batch=bound)
       key = jax.random.fold_in(
           key_streams.fold(plan.key, Stream.ROUND_ROBIN), s)
       mine = jax.tree.map(lambda a: a[k], clients_params)
       client, new_server, loss = self.sl_step(
-          mine, server, x[row, idx], y[row, idx],
-          plan.lr, key)
+          mine, server, *data.examples(row, idx), plan.lr, key)
       on = active[k] & (s < plan.num_steps)
       keep = lambda new, old: jnp.where(on, new, old)
       clients_params = jax.tree.map(

@@ -158,7 +158,7 @@ class SplitLearning(FederatedAlgorithm):
 
   def input_shape(self, data) -> tuple:
     """One training example's shape (after a cropping augmentation)."""
-    return augment_lib.output_shape(self.config.augment, data.x.shape[2:])
+    return augment_lib.output_shape(self.config.augment, data.feature_shape)
 
   # ---- plans: local steps and the lr schedule -------------------------------
   def max_local_steps(self) -> int:
