@@ -18,11 +18,12 @@ import math
 
 import ml_collections
 
+from fedjax_het import optim
 from fedjax_het.core.backends import BACKENDS
 from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
                                 check_like_defaults, in_range, is_bool,
-                                non_negative_int, option, positive,
-                                positive_int)
+                                non_negative, non_negative_int, option,
+                                positive, positive_int)
 
 __all__ = ['ConfigError', 'CoreOptions', 'base_config', 'describe',
            'format_config', 'validate']
@@ -74,7 +75,13 @@ class CoreOptions(OptionGroup):
   client_weight_decay: float = option(0.0, 'client weight decay')
   augment: str = option('none', 'none | crop_flip (CIFAR: random crop with padding 4 and flip) | crop24_jitter (CSE-FSL CIFAR-10: 24x24 crop, flip, colour jitter; centre crop at test)')
   server_lr: float = option(1.0, 'server learning rate η_s on the aggregated pseudo-gradient', check=positive)
-  server_momentum: float = option(0.0, 'server heavy-ball momentum', check=in_range(0, 1, closed_high=False))
+  server_optimizer: str = option('sgd', 'the server optimiser on the pseudo-gradient x − x̄ (fedjax_het/optim.py): sgd (with server_momentum: FedAvgM) | adam | yogi | adagrad: FedAdam, FedYogi, FedAdagrad as Reddi et al. 2021\'s Algorithm 2, x ← x + η_s m/(√v + τ) with Δ = x̄ − x', choices=optim.SERVER_OPTIMIZERS)
+  server_momentum: float = option(0.0, 'server heavy-ball momentum (server_optimizer=sgd; 0.9 is FedAvgM)', check=in_range(0, 1, closed_high=False))
+  server_b1: float = option(0.9, 'β1 of FedAdam / FedYogi / FedAdagrad: m ← β1 m + (1 − β1) Δ (Reddi et al.: 0.9)', check=in_range(0, 1, closed_high=False))
+  server_b2: float = option(0.99, 'β2 of FedAdam / FedYogi: v ← β2 v + (1 − β2) Δ², Yogi\'s v ← v − (1 − β2) Δ² sign(v − Δ²) (Reddi et al.: 0.99)', check=in_range(0, 1, closed_high=False))
+  server_tau: float = option(1e-3, 'τ, the adaptivity of FedAdam / FedYogi / FedAdagrad, outside the root: m/(√v + τ) (Reddi et al.: 1e-3)', check=positive)
+  server_v0: float = option(1e-6, 'v_{−1}, the start of FedAdam / FedYogi / FedAdagrad\'s v (Reddi et al.: ≥ τ²; 1e-6 = τ² at τ = 1e-3; their code\'s Keras optimisers: 0)', check=non_negative)
+  server_bias_correction: bool = option(False, 'FedAdam / FedYogi: step η_s √(1 − β2^t)/(1 − β1^t) m/(√v + τ), as the authors\' Keras optimisers (Algorithm 2 has none)', check=is_bool)
   aggregation_weights: str = option('examples', 'client weights in the aggregate: examples held or uniform', choices=('examples', 'uniform'))
   client_sampling: str = option('uniform', 'uniform: K distinct clients; proportional: K draws with replacement ∝ examples (Li et al. 2020, scheme I)', choices=('uniform', 'proportional'))
   capacities: tuple = option((1.0,), 'capacity levels γ in (0, 1], assigned to clients in equal groups (submodel methods)', check=_capacities)
@@ -115,6 +122,7 @@ class CoreOptions(OptionGroup):
     if self.local_test_fraction and not self.local_test:
       raise ConfigError('local_test_fraction splits the local test sets; set '
                         'local_test=True or local_test_fraction=0.')
+    optim.check_server_keys(vars(self), vars(CoreOptions()))
     if len(self.capacities) > self.num_clients:
       raise ConfigError(f'{len(self.capacities)} capacity levels need at least '
                         f'as many clients, got num_clients={self.num_clients}.')
@@ -251,6 +259,7 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for group in method.option_groups:
     group.from_config(config)
   check_sections_in_use(config, method)
+  optim.refuse_server_keys(config, CoreOptions.defaults(), method)
   resolved = method.fix_options(config)
   check_component_options(config)
   return resolved

@@ -10,6 +10,9 @@ Published: Reddi et al. 2021, Table 2, Stack Overflow NWP, FedAvg (quoted, not r
            this change): 19.5 % accuracy (FedAdam
            25.2 %); their accuracy leaves out PAD, EOS and OOV targets, ours PAD and EOS
            (fedjax_het.data.text), so ours counts OOV hits too.
+Setting:   the authors' best FedAvg learning rates for Stack Overflow NWP, client 10^-0.5, server 1
+           (google-research/federated, optimization/docs/hyperparameters.md); FedAdam and the
+           other server optimisers: fedopt_stackoverflow.py.
 CPU-sized: --config.num_clients=200 --config.clients_per_round=10 --config.natural.vocab_size=1000.
 """
 from natural_setup import stackoverflow

@@ -10,8 +10,41 @@ App. D, FedAvg rows; the learning rates as quoted, not re-checked in this change
 a round, one local epoch (here a fixed number of local steps,
 the mean client's epoch: 198 images / B 20 ≈ 10 steps; ≈ 65 sequences / B 4 ≈ 16 steps), SGD
 on the clients, server lr 1.
+
+`reddi(c, method)` puts a task's config on one of Reddi et al.'s server optimisers with the
+authors' best learning rates and ε for the task (`REDDI_BEST`, google-research/federated,
+optimization/docs/hyperparameters.md, base-10 logs), run as their code ran them
+(`REDDI_SERVERS`): Keras's optimisers, i.e. FedAdam and FedYogi bias-corrected with β1 = 0.9,
+β2 = 0.999 and accumulators from 0, FedAdagrad without momentum from 0, FedAvgM SGD with
+momentum 0.9 (fedjax_het/optim.py; the library's defaults are the paper's Algorithm 2 instead).
+`fedopt_row(c)` is a task's row of their Table 2: the five methods side by side.
 """
 from fedjax_het.config import base_config
+
+# Task → method → (client lr, server lr, ε) as base-10 logs, the best of Reddi et al.'s tuning
+# (hyperparameters.md, "Best hyperparameters"); FedAvg and FedAvgM have no ε.
+REDDI_BEST = {
+    'fed_emnist': {'fedadagrad': (-1.5, -1, -2), 'fedadam': (-1.5, -2.5, -4),
+                   'fedyogi': (-1.5, -2.5, -4), 'fedavgm': (-1.5, -0.5, None),
+                   'fedavg': (-1, 0, None)},
+    'shakespeare': {'fedadagrad': (0, -0.5, -1), 'fedadam': (0, -2, -3), 'fedyogi': (0, -2, -3),
+                    'fedavgm': (0, -0.5, None), 'fedavg': (0, 0, None)},
+    'stackoverflow': {'fedadagrad': (-0.5, -1.5, -4), 'fedadam': (-0.5, -2, -5),
+                      'fedyogi': (-0.5, -2, -5), 'fedavgm': (-0.5, 0, None),
+                      'fedavg': (-0.5, 0, None)},
+}
+# Method → the server keys of the authors' runs (hyperparameters.md, "Configuring optimizers":
+# Keras's defaults β1 = 0.9, β2 = 0.999; adagrad's and yogi's initial accumulator 0; Keras's
+# Adam starts at 0 too; FedAvgM is sgd with momentum 0.9).
+REDDI_SERVERS = {
+    'fedavg': {},
+    'fedavgm': {'server_momentum': 0.9},
+    'fedadagrad': {'server_optimizer': 'adagrad', 'server_b1': 0.0, 'server_v0': 0.0},
+    'fedadam': {'server_optimizer': 'adam', 'server_b2': 0.999, 'server_v0': 0.0,
+                'server_bias_correction': True},
+    'fedyogi': {'server_optimizer': 'yogi', 'server_b2': 0.999, 'server_v0': 0.0,
+                'server_bias_correction': True},
+}
 
 
 def natural(dataset: str, num_clients: int):
@@ -77,3 +110,18 @@ def celeba(num_clients: int = 9343):
            checkpoint_every=100, batch_size=10, local_steps=2, client_lr=0.1)
   c.model_options = {}
   return c
+
+
+def reddi(c, method: str):
+  """`c`, a task's config (femnist, shakespeare, stackoverflow), with Reddi et al.'s server
+  optimiser `method` (REDDI_SERVERS) and its best learning rates and ε for the task."""
+  client, server, eps = REDDI_BEST[c.dataset][method]
+  c.update(client_lr=10.0 ** client, server_lr=10.0 ** server, **REDDI_SERVERS[method])
+  if eps is not None:
+    c.server_tau = 10.0 ** eps
+  return c
+
+
+def fedopt_row(task):
+  """label → config: Reddi et al.'s five methods on the task `task()` builds."""
+  return {method: reddi(task(), method) for method in REDDI_SERVERS}

@@ -99,7 +99,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_het import evaluation, models
+from fedjax_het import evaluation, models, optim
 from fedjax_het.data import augment
 from fedjax_het.core import aggregation, client_state, program, sampling
 from fedjax_het.core.backends import Clients
@@ -197,6 +197,10 @@ class FederatedAlgorithm:
   edge_rule = 'mean'
   # `hierarchy.num_cells` / `edge_rounds` when left at 0 (the method's own).
   cell_defaults = cells_lib.FLAT
+  # Its server rule, in a few words, where `aggregate` takes no step of the
+  # server optimiser (`server_step`); such a method refuses the server keys
+  # (`optim.refuse_server_keys`). None: the server optimiser's step.
+  own_server_rule = None
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
@@ -379,8 +383,9 @@ class FederatedAlgorithm:
                                   state.round)
 
   def server_optimizer(self) -> optax.GradientTransformation:
-    momentum = self.config.server_momentum or None
-    return optax.sgd(self.config.server_lr, momentum=momentum)
+    """The `server_optimizer` of the config on the pseudo-gradient: SGD
+    (momentum), FedAdam, FedYogi or FedAdagrad (`fedjax_het.optim`)."""
+    return optim.server_optimizer(self.config)
 
   def client_optimizer(self) -> program.OptimizerFactory:
     """The clients' optax optimiser as a function of their lr."""
@@ -710,7 +715,10 @@ class FederatedAlgorithm:
 
   def server_step(self, state: ServerState,
                   pseudo_grad: PyTree) -> tuple[PyTree, PyTree]:
-    """(params, opt_state) after the server optimiser's step x ← x − η_s·g (SGD)."""
+    """(params, opt_state) after the server optimiser's step on the
+    pseudo-gradient g = x − x̄ (SGD: x ← x − η_s·g; FedAdam, FedYogi,
+    FedAdagrad: x ← x − η_s·m/(√v + τ), Reddi et al.'s Algorithm 2 with
+    Δ = −g, `fedjax_het.optim`)."""
     updates, opt_state = self.server_optimizer().update(
         pseudo_grad, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates), opt_state

@@ -193,6 +193,8 @@ class VitOnClock(FederatedAlgorithm):
   # built (`_clock_part` returns None).
   option_groups = (Cos2pOptions, clock_part.ClockOptions)
   schedule_depends_on_rounds = True
+  own_server_rule = ('a ViT method aggregates by its own rule: entries '
+                     'averaged over their holders, FedPM a mask posterior')
   # Options the method fixes, as dotted 'section.key' of its sections (a
   # config setting one of them to another value is refused,
   # `fix_options`), and whether its clients train the full depth at width

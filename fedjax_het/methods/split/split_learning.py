@@ -126,6 +126,8 @@ class SplitLearning(FederatedAlgorithm):
   option_groups = (SplitOptions,)
   per_round_metrics = ('server_storage_params',)
   supports_token_labels = False  # split models classify images
+  own_server_rule = ('the client parts are averaged, the server part trained '
+                     'on the smashed data')
   protocol: accounting.SplitProtocol = accounting.CSE_FSL
   # The parts of the model a client trains and the round's FedAvg averages.
   averaged_parts = ('client', 'aux')
