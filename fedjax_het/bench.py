@@ -1,6 +1,6 @@
 """`fedjax-het bench`: seconds per round of a fixed workload, against two physical limits.
 
-    fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
+    fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE|W-TAIL|W-EMNIST [--backend B] [--rounds R]
                      [--algorithm A] [--num-clients M] [--cohort K] [--local-steps S]
                      [--conv-impl auto|xla|im2col] [--client-devices N] [--cpu-devices N]
                      [--stream [--feature-dtype float32|uint8]] [--processes N]
@@ -18,6 +18,10 @@ Workloads (synthetic data of the papers' shapes; the README's Speed section has 
   TFF's 256), sequences of 20 synthetic tokens over StackOverflow's 10,004 ids, a small
   next-token LSTM (embedding 8, LSTM 16), cohort 50, one local epoch of batch 16
   (`systems.work_unit='epochs'`), stored ragged (`data.RaggedData`).
+* W-EMNIST: FedJAX's EMNIST reference: 3,400 writers of 28×28×1 images, 62 classes, sizes
+  from `emnist_sizes` (F-EMNIST's mean and LEAF's spread), simple_cnn, cohort 10, one local
+  epoch of batch 20, stored ragged. experiments/bench/fedjax_reference.py times its 1,500
+  rounds.
   `--num-clients 342477 --stream` is StackOverflow's population, streamed from memmapped files.
 
 For each run it prints one line per measurement and, last, one JSON object:
@@ -104,6 +108,13 @@ class Workload:
 # caps every user at 256 examples, as `stackoverflow_sizes` does.
 SO_USERS, SO_EXAMPLES, SO_MIN_SIZE, SO_CAP = 342_477, 135_818_730, 100, 256
 
+# F-EMNIST-62's client sizes. TFF's `emnist.load_data` documents the train split: 3,400 writers
+# holding 671,585 examples (mean 197.5); LEAF (Caldas et al. 2018, Table 1) gives FEMNIST's
+# spread, 226.83 ± 88.94 samples per user, a coefficient of variation of 0.392. A log-normal
+# law with that mean and that coefficient (σ² = ln(1 + 0.392²)) stands in for the writers'
+# sizes, clipped to [1, 600] (3× the mean; P(n > 600) ≈ 0.1%).
+EMNIST_WRITERS, EMNIST_EXAMPLES, EMNIST_CV, EMNIST_CAP = 3_400, 671_585, 88.94 / 226.83, 600
+
 
 WORKLOADS = {
     'W-MLP': Workload('mlp', {'hidden': (200, 200)}, (28, 28, 1), 1000, 50, 50,
@@ -111,6 +122,11 @@ WORKLOADS = {
     'W-PFL': Workload('simple_cnn', {}, (32, 32, 3), 1000, 50, 50, 5, 10),
     'W-FIARSE': Workload('resnet18', {'norm': 'static_bn'}, (32, 32, 3), 100,
                          500, 10, 100, 20, algorithm='fiarse'),
+    # FedJAX's EMNIST reference: F-EMNIST-62 by writer (sizes from `emnist_sizes`), its CNN
+    # (simple_cnn: conv 32, conv 64, pool, dense 128; FedJAX's has dropout, this none), 10
+    # clients a round, one local epoch of batch 20 (experiments/bench/fedjax_reference.py).
+    'W-EMNIST': Workload('simple_cnn', {}, (28, 28, 1), EMNIST_WRITERS, EMNIST_CAP, 10, 1,
+                         20, num_classes=62, sizes='emnist', work_unit='epochs'),
     'W-TAIL': Workload('lstm', {'embed': 8, 'hidden': (16,)}, (20,), 10_000, SO_CAP, 50, 1,
                        16, num_classes=10_004, sizes='stackoverflow', work_unit='epochs',
                        tokens=True),
@@ -126,10 +142,21 @@ def stackoverflow_sizes(num_clients: int, seed: int = 0) -> np.ndarray:
   return np.minimum(SO_MIN_SIZE * (1 - u)**(-1 / alpha), SO_CAP).astype(np.int32)
 
 
+def emnist_sizes(num_clients: int, seed: int = 0) -> np.ndarray:
+  """int32 [M] client sizes of the log-normal law above (F-EMNIST's mean 197.5 and LEAF's
+  coefficient of variation 0.392), rounded and clipped to [1, 600]."""
+  sigma2 = np.log1p(EMNIST_CV**2)
+  mu = np.log(EMNIST_EXAMPLES / EMNIST_WRITERS) - sigma2 / 2
+  sizes = np.random.default_rng([seed, 2]).lognormal(mu, np.sqrt(sigma2), num_clients)
+  return np.clip(np.rint(sizes), 1, EMNIST_CAP).astype(np.int32)
+
+
 def client_sizes(workload: Workload, seed: int = 0) -> np.ndarray:
   """int32 [M] examples per client of the workload's size law."""
   if workload.sizes == 'stackoverflow':
     return stackoverflow_sizes(workload.num_clients, seed)
+  if workload.sizes == 'emnist':
+    return emnist_sizes(workload.num_clients, seed)
   return np.full(workload.num_clients, workload.examples_per_client, np.int32)
 
 
