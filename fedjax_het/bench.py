@@ -33,7 +33,9 @@ federation), `roofline_s` (the round's FLOPs, from XLA's cost analysis of one
 minibatch step, divided by the matmul FLOP/s measured in the same process),
 `roofline_fraction` = roofline_s / median, `memory_s` (XLA's bytes accessed
 per step over the measured copy bandwidth: an upper bound on memory time, as
-cache hits count as traffic), peak memory and the client data size.
+cache hits count as traffic), peak memory, the client data size and
+`useful_step_fraction` (the rounds' median of useful ÷ computed local steps,
+`core.rounds.step_metrics`).
 
 Hierarchical methods (hfedavg, hist) train every client of every cell each round: their
 federation is one cohort (num_clients = cohort, unless `--num-clients` says otherwise) and a
@@ -322,10 +324,18 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
       workload, backend, algorithm, client_devices)
   data = runner.place(split.train.to_device())
   state = initial_state(method, runner, params)
-  seconds, _ = _times(lambda s: runner.run(s, data, 1)[0], state, rounds)
+  fractions = []  # useful ÷ computed local steps of each round
+
+  def one_round(s):
+    s, metrics = runner.run(s, data, 1)
+    fractions.append(metrics['useful_step_fraction'])
+    return s
+
+  seconds, _ = _times(one_round, state, rounds)
   return {'backend': runner.backend,
           'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
           'seconds': seconds,
+          'useful_step_fraction': float(np.median(fractions)),
           'data_bytes_per_client': int(split.train.x[0].nbytes + split.train.y[0].nbytes)
           }, model, params
 

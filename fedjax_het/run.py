@@ -44,7 +44,7 @@ from fedjax_het.checkpoint import RunCheckpoints
 from fedjax_het.data import augment as augment_lib
 from fedjax_het.data import natural as natural_lib
 from fedjax_het.core.backends import COMPILED_BACKENDS, resolve_backend
-from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core.rounds import PER_ROUND_METRICS, RoundRunner
 from fedjax_het.core import key_streams, sharding
 from fedjax_het.core.sharding import client_mesh
 from fedjax_het.core.stream import CohortStream
@@ -194,10 +194,11 @@ def accumulate(host: dict, metrics: dict, seconds: float,
   """Adds a chunk's per-round metrics (leading round axis) to the totals.
 
   The train loss is averaged between logged rows; the metrics named in
-  `per_round` (the algorithm's `per_round_metrics`: values of a round, e.g.
-  HIST's d_max or AirComp MSE, not counters) are logged as the last round's
-  value; every other round metric (bytes, examples, an algorithm's own
-  counters such as simulated latency) is a running total since round 0.
+  `per_round` (the algorithm's `per_round_metrics` and the runner's
+  `useful_step_fraction`: values of a round, e.g. HIST's d_max or AirComp
+  MSE, not counters) are logged as the last round's value; every other
+  round metric (bytes, examples, an algorithm's own counters such as
+  simulated latency) is a running total since round 0.
 
   `seconds` is the wall time since the previous call (the first call of a
   session: since the session started), so `host['wall_time']` is the whole
@@ -554,7 +555,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
         chunk_seconds.append(seconds / n)
         compiled_rounds = n
         clock, elapsed = time.perf_counter(), time.perf_counter() - clock
-        accumulate(host, metrics, elapsed, algorithm.per_round_metrics)
+        accumulate(host, metrics, elapsed,
+                   algorithm.per_round_metrics + PER_ROUND_METRICS)
         bar.update(n)
         if round_index % config.eval_every == 0 or round_index == config.rounds:
           bar.set_postfix_str('evaluating…')
@@ -583,8 +585,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str,
   host['wall_time'] += time.perf_counter() - clock
   summary = _summary(config, log.rows, host, num_params, chunk_seconds)
   summary.update(algorithm.summary_facts())
-  summary['last_round'] = {k: summary['totals'].pop(k)
-                           for k in algorithm.per_round_metrics
+  per_round = algorithm.per_round_metrics + PER_ROUND_METRICS
+  summary['last_round'] = {k: summary['totals'].pop(k) for k in per_round
                            if k in summary['totals']}
   late = sanity.chance_warnings(summary, split.test_y)
   summary['warnings'] = warnings + late

@@ -15,6 +15,16 @@ theirs in the last bit.
   models; convolutions become grouped convolutions, see the README's Speed section).
 - `map`: `lax.map` over clients, optionally `chunk_size` clients vmapped at a
   time (lower memory; avoids grouped convolutions when chunk_size is 1).
+
+A client's local steps are a loop of its own step count (`core.program`):
+one at a time, it computes only those; vmapped clients run to the most steps
+among them. The chunked `map` therefore orders the cohort by the steps its
+plans ask for before cutting it into chunks (`planned_steps`, a stable sort)
+and restores cohort order after, so a chunk's padding is bounded by the
+spread of step counts inside it; its `map_sum` then adds the summands in that
+order, not in cohort order (equal step counts keep cohort order). Every
+driver counts the steps it computes for a map (`computed_steps`), the
+denominator of the round's `useful_step_fraction` (`core.rounds`).
 - `sequential`: a host loop of one jitted call per client. It is the
   debugging backend (like FedJAX's): a failure or a non-finite loss names the
   client and round. It cannot run inside an outer jit.
@@ -97,6 +107,34 @@ class Clients(Protocol):
            ) -> tuple[PyTree, PyTree]:
     ...
 
+  def computed_steps(self, steps: jax.Array) -> jax.Array:
+    """int scalar: the local steps a map of clients asking for `steps`
+    (int [K], `planned_steps`) computes, padding included."""
+    ...
+
+
+def planned_steps(plans: ClientPlan) -> jax.Array:
+  """int32 [K]: the steps each slot's plan asks for, 0 on an idle slot."""
+  return jnp.where(plans.is_active(), plans.num_steps, 0)
+
+
+def _chunk_maxima(steps: jax.Array, chunk: int) -> jax.Array:
+  """int: Σ over chunks of `chunk` consecutive slots (the last may be
+  partial) of the chunk's size × its most steps; `steps` int [K]."""
+  size = steps.shape[0]
+  full = size // chunk * chunk
+  total = chunk * jnp.sum(jnp.max(steps[:full].reshape(-1, chunk), axis=1))
+  if full < size:
+    total = total + (size - full) * jnp.max(steps[full:])
+  return total
+
+
+def _take(tree: PyTree, order: jax.Array | None) -> PyTree:
+  """`tree`'s leaves' rows in `order` (leading axis); None: unchanged."""
+  if order is None:
+    return tree
+  return jax.tree.map(lambda x: x[order], tree)
+
 
 def sum_in_order(stacked: PyTree, total: PyTree = None) -> PyTree:
   """total + stacked[0] + stacked[1] + …, left to right (leaves [K, ...]).
@@ -135,18 +173,46 @@ class VmapClients:
   def scan(self, fn, carry, xs):
     return jax.lax.scan(fn, carry, xs)
 
+  def computed_steps(self, steps):
+    """One vmapped computation: every client runs to the cohort's most."""
+    return _chunk_maxima(steps, steps.shape[0])
+
 
 @dataclasses.dataclass(frozen=True)
 class MapClients(VmapClients):
-  """Clients one after another (`lax.map`), `chunk_size` vmapped at a time."""
+  """Clients one after another (`lax.map`), `chunk_size` vmapped at a time,
+  the cohort ordered by planned steps into the chunks (module docstring)."""
   chunk_size: int | None = None
 
   def map(self, fn, shared, per_client):
-    return jax.lax.map(lambda one: fn(shared, one), per_client,
+    order = self._bucket_order(per_client)
+    outs = jax.lax.map(lambda one: fn(shared, one), _take(per_client, order),
                        batch_size=self.chunk_size or None)
+    return _take(outs, _inverse(order))
 
   def map_sum(self, fn, shared, per_client):
     """A scan over the clients (or chunks of them) that carries the sum."""
+    order = self._bucket_order(per_client)
+    outs, total = self._map_sum(fn, shared, _take(per_client, order))
+    return _take(outs, _inverse(order)), total
+
+  def computed_steps(self, steps):
+    """One at a time: the clients' own steps; in chunks: each chunk of the
+    ordered cohort runs to its most."""
+    if (self.chunk_size or 1) == 1:
+      return jnp.sum(steps)
+    return _chunk_maxima(jnp.sort(steps), min(self.chunk_size, steps.shape[0]))
+
+  def _bucket_order(self, per_client) -> jax.Array | None:
+    """The slots in order of their planned steps (stable), or None: one
+    client at a time, or no `ClientPlan` in `per_client`."""
+    plans = _plans_of(per_client)
+    if (self.chunk_size or 1) == 1 or plans is None:
+      return None
+    return jnp.argsort(planned_steps(plans), stable=True)
+
+  def _map_sum(self, fn, shared, per_client):
+    """`map_sum` of clients in the order given."""
     size = jax.tree.leaves(per_client)[0].shape[0]
     chunk = min(self.chunk_size or 1, size)
     full = size // chunk * chunk
@@ -173,6 +239,11 @@ class MapClients(VmapClients):
       outs = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), outs,
                           rest_outs)
     return outs, total
+
+
+def _inverse(order: jax.Array | None) -> jax.Array | None:
+  """The permutation that undoes `order` (None: none)."""
+  return None if order is None else jnp.argsort(order)
 
 
 def _plans_of(per_client: PyTree) -> ClientPlan | None:
@@ -246,6 +317,10 @@ class SequentialClients:
         raise ClientError(
             f'client {client_ids[slot]} (cohort slot {slot}){where} produced '
             f'a non-finite training loss ({losses[slot]}).')
+
+  def computed_steps(self, steps):
+    """One client per call: the clients' own steps."""
+    return jnp.sum(steps)
 
   def scan(self, fn, carry, xs):
     length = jax.tree.leaves(xs)[0].shape[0]

@@ -1,4 +1,4 @@
-"""Client programs: what one client computes in a round, as a scanned step function.
+"""Client programs: what one client computes in a round, a loop of its own steps.
 
 A `ClientProgram` is a pure step function with static structure:
 
@@ -6,11 +6,15 @@ A `ClientProgram` is a pure step function with static structure:
     carry, loss, out   = step(carry, batch: Batch, plan, ctx: StepContext)
     end: LocalModel    = final(carry, plan)
 
-run for `num_steps` scan steps on minibatches of `batch_size` rows drawn from
-the client's data (`core.batching`: shuffled epochs, a function of the plan's
-key). A client whose plan asks for fewer steps (`active_steps(plan)`: unequal
-local work, idle slots) is frozen with `jnp.where` after them, so one compiled
-program serves every client. With `emit_every = h > 0` the program keeps the
+run for the client's own steps (`active_steps(plan)`, at most the static
+`num_steps`; 0 for an idle slot) on minibatches of `batch_size` rows drawn
+from the client's data (`core.batching`: shuffled epochs, a function of the
+plan's key). The steps are a loop whose trip count is that number (a
+`lax.while_loop`), so one compiled program serves every client and a client
+computes only its own steps where clients run one at a time (`lax.map`);
+vmapped clients run to the most steps among them, each ending where its own
+steps end (the chunked driver groups clients of similar step counts:
+`core.backends`). With `emit_every = h > 0` the program keeps the
 step output `out` of steps h−1, 2h−1, … (`ClientOutput.emitted`, leaves
 [num_steps // h, ...]): e.g. CSE-FSL's smashed data, uploaded every h batches.
 
@@ -72,12 +76,13 @@ class ClientProgram:
     step: `(carry, batch, plan, ctx) -> (carry, loss scalar, output)`;
       `output` is None unless `emit_every > 0`.
     final: `(carry, plan) -> LocalModel`.
-    num_steps: static number of scan steps (the most any client runs).
+    num_steps: static bound on the steps any client runs (sizes the
+      emitted buffer).
     batch_size: static minibatch size B.
     emit_every: keep the output of every h-th step (0: keep none).
     active_steps: `plan -> int32` steps this client runs (≤ num_steps;
       default `plan.num_steps`).
-    scan_unroll: unroll factor of the step scan.
+    scan_unroll: steps per trip of the step loop (`_StepLoop`).
   """
   init: Callable[[LocalModel, ClientPlan], PyTree]
   step: Callable[..., tuple[PyTree, jax.Array, PyTree]]
@@ -292,75 +297,106 @@ class _PhaseResult:
 def _run_phase(program: ClientProgram, start: LocalModel, plan: ClientPlan,
                data, key: jax.Array, min_count: int) -> _PhaseResult:
   row = data.client_row(plan.client_id)  # the id; its cohort row if streamed
-  # The client's rows [N, ...], taken before the `lax.cond` below: under vmap
-  # a batched cond runs both branches and broadcasts every operand its
-  # branches close over to the cohort axis, so a closure over the whole
-  # federation x [M, N, ...] would be copied K times (0.6 GB per client on
-  # W-PFL); its own rows are what the client reads anyway.
+  # The client's rows [N, ...], taken once: the loop below reads only them,
+  # never the whole federation (under vmap a closure over it would be
+  # broadcast to the cohort axis: 0.6 GB per client on W-PFL).
   max_examples = data.max_examples
   x, y = data.examples(row, jnp.arange(max_examples))  # padded or ragged layout
   count = jnp.asarray(data.counts)[row]
   epochs_bound = batching.epochs_per_batch(program.batch_size, min_count)
   step_keys = key_streams.fold(key, key_streams.Stream.STEP_KEYS)
-  steps = jnp.where(plan.is_active(), program.active_steps(plan), 0)
+  steps = jnp.clip(jnp.where(plan.is_active(), program.active_steps(plan), 0),
+                   0, program.num_steps)
 
-  def one_step(state, s):
-    carry, loss_sum = state
+  def one_step(carry, s):
     idx = batching.batch_indices(
         key, s, count, batch_size=program.batch_size,
         max_examples=max_examples, max_epochs_per_batch=epochs_bound)
-    batch = Batch(x[idx], y[idx])
     ctx = StepContext(global_params=start.params, step=s,
                       key=jax.random.fold_in(step_keys, s),
                       client_state=start.client_state)
-    new_carry, loss, output = program.step(carry, batch, plan, ctx)
-    active = s < steps
-    carry = jax.tree.map(lambda new, old: jnp.where(active, new, old),
-                         new_carry, carry)
-    loss_sum = loss_sum + jnp.where(active, loss, 0.0)
-    return (carry, loss_sum), (output, active)
+    return program.step(carry, Batch(x[idx], y[idx]), plan, ctx)
 
-  def run_steps(state):
-    """The phase's scan(s): (state, emitted, emitted_active)."""
-    h = program.emit_every
-    if h == 0:
-      state, _ = jax.lax.scan(lambda c, s: (one_step(c, s)[0], None), state,
-                              jnp.arange(program.num_steps),
-                              unroll=program.scan_unroll)
-      return state, None, None
-    # Blocks of h steps keep their last step's output; the trailing
-    # num_steps mod h steps train and emit nothing.
-    blocks = program.num_steps // h
-
-    def block(state, b):
-      state, (outputs, active) = jax.lax.scan(
-          one_step, state, b * h + jnp.arange(h), unroll=program.scan_unroll)
-      return state, jax.tree.map(lambda o: o[-1], (outputs, active))
-
-    state, (emitted, emitted_active) = jax.lax.scan(block, state,
-                                                    jnp.arange(blocks))
-    tail = jnp.arange(blocks * h, program.num_steps)
-    if tail.size:
-      state, _ = jax.lax.scan(lambda c, s: (one_step(c, s)[0], None), state,
-                              tail)
-    return state, emitted, emitted_active
-
-  def skip(state):
-    """A client with no step to run (an idle slot, a phase it skips): the
-    start unchanged, nothing emitted."""
-    shapes = jax.eval_shape(run_steps, state)[1:]
-    return (state,) + jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype),
-                                   shapes)
-
-  # A real branch where clients run one at a time (lax.map, the host loop),
-  # so idle clients cost nothing; under vmap both sides run and are selected.
-  state = (program.init(start, plan), jnp.zeros((), jnp.float32))
-  state, emitted, emitted_active = jax.lax.cond(steps > 0, run_steps, skip,
-                                                state)
-  carry, loss_sum = state
-  return _PhaseResult(program.final(carry, plan), loss_sum,
-                      jnp.clip(steps, 0, program.num_steps), emitted,
+  carry = program.init(start, plan)
+  buffer, emitted_active = _emit_buffer(program, lambda: jax.eval_shape(
+      one_step, carry, 0)[2], steps)
+  loop = _StepLoop(program, one_step, steps)
+  carry, loss_sum, emitted = loop.run(carry, buffer)
+  return _PhaseResult(program.final(carry, plan), loss_sum, steps, emitted,
                       emitted_active)
+
+
+def _emit_buffer(program: ClientProgram, output_shapes: Callable[[], PyTree],
+                 steps: jax.Array) -> tuple[PyTree, jax.Array | None]:
+  """(buffer, active) of `emit_every = h > 0`: zeros of `blocks = num_steps
+  // h` step outputs (`output_shapes()`: one's shapes), row b for step
+  b·h + h − 1, and bool [blocks]: whether the client runs that step; (None,
+  None) when the program emits nothing. The buffer's size is static, only
+  the rows of steps run are written."""
+  h = program.emit_every
+  if h == 0:
+    return None, None
+  blocks = program.num_steps // h
+  buffer = jax.tree.map(lambda t: jnp.zeros((blocks,) + t.shape, t.dtype),
+                        output_shapes())
+  return buffer, jnp.arange(blocks) * h + h - 1 < steps
+
+
+def _keep_output(buffer: PyTree, h: int, s: jax.Array, output: PyTree,
+                 ran: jax.Array) -> PyTree:
+  """`buffer` with step `s`'s `output` in row s // h where s is a block's
+  last step (s + 1 ≡ 0 mod h) that ran (`ran`); None when nothing is kept."""
+  if buffer is None:
+    return None
+  b = s // h
+  kept = ran & ((s + 1) % h == 0)
+  return jax.tree.map(
+      lambda rows, o: jax.lax.dynamic_update_index_in_dim(
+          rows, jnp.where(kept, o, jax.lax.dynamic_index_in_dim(
+              rows, b, keepdims=False)), b, 0), buffer, output)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StepLoop:
+  """A client's local steps 0 .. steps − 1 as a loop whose trip count is
+  its own step count (a `lax.while_loop`), not the program's static
+  `num_steps`: under `lax.map` a client computes only its own steps; under
+  vmap the loop runs to the most steps of the vmapped clients (JAX's
+  batching rule keeps each client's carry while its own condition holds,
+  so a client ends where its own steps end, bit for bit).
+
+  With `scan_unroll = u > 1` a trip runs u steps, those past `steps` frozen
+  with `jnp.where` (⌈steps / u⌉ trips).
+  """
+  program: ClientProgram
+  one_step: Callable   # (carry, s) -> (carry, loss, output)
+  steps: jax.Array
+
+  def run(self, carry: PyTree, buffer: PyTree
+          ) -> tuple[PyTree, jax.Array, PyTree]:
+    """(carry, Σ losses of the steps run, `buffer` with their emitted
+    outputs) after the client's steps."""
+    u = self.program.scan_unroll
+    trips = (self.steps + u - 1) // u
+    state = (jnp.zeros((), jnp.int32), carry, jnp.zeros((), jnp.float32),
+             buffer)
+    _, carry, loss_sum, buffer = jax.lax.while_loop(
+        lambda state: state[0] < trips, self.trip, state)
+    return carry, loss_sum, buffer
+
+  def trip(self, state):
+    """Steps t·u .. t·u + u − 1 (t: the trip's index)."""
+    t, carry, loss_sum, buffer = state
+    u = self.program.scan_unroll
+    for i in range(u):
+      s = t * u + i
+      ran = s < self.steps
+      new_carry, loss, output = self.one_step(carry, s)
+      carry = new_carry if u == 1 else jax.tree.map(
+          lambda new, old: jnp.where(ran, new, old), new_carry, carry)
+      loss_sum = loss_sum + jnp.where(ran, loss, 0.0)
+      buffer = _keep_output(buffer, self.program.emit_every, s, output, ran)
+    return t + 1, carry, loss_sum, buffer
 
 
 def phase_key(key: jax.Array, phase: int) -> jax.Array:

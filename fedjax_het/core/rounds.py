@@ -40,6 +40,9 @@ from fedjax_het.data.federated import CohortData
 Metrics = dict[str, jax.Array]
 PyTree = Any
 
+# Round metrics the runner adds: values of a round, not counts to add up.
+PER_ROUND_METRICS = ('useful_step_fraction',)
+
 
 class RoundAlgorithm(Protocol):
   """What the round compiler needs from an algorithm."""
@@ -118,10 +121,11 @@ class RoundRunner:
   def _round(self, state, data, inputs):
     """`round`, and whether `data` held the rows its active plans read."""
     plans = self.algorithm.plan_round(state, data, inputs)
-    outputs = self.algorithm.local_phase(state, plans, data, self.clients())
+    clients = self.clients()
+    outputs = self.algorithm.local_phase(state, plans, data, clients)
     held = cohort_held(data, plans)
     state, metrics = self.algorithm.finish_round(state, plans, outputs)
-    return state, metrics, held
+    return state, {**metrics, **step_metrics(plans, clients)}, held
 
   def _compiled_chunk(self, num_rounds: int):
     if num_rounds not in self._chunks:
@@ -206,9 +210,21 @@ class RoundRunner:
                                            self._sequential)
       held.append(cohort_held(data, plans))
       state, metrics = self._finish(state, plans, outputs)
-      history.append(metrics)
+      history.append({**metrics, **step_metrics(plans, self._sequential)})
     return (state, jax.tree.map(lambda *xs: jnp.stack(xs), *history),
             jnp.stack(held))
+
+
+def step_metrics(plans: ClientPlan, clients: backends.Clients) -> Metrics:
+  """`useful_step_fraction`: the local steps the round's plans ask for
+  (`backends.planned_steps`) over those the client driver computes for them
+  (`Clients.computed_steps`: a vmapped chunk runs to its most), float scalar;
+  1 when no client runs a step. Counted per map of the plans, it is the
+  same for every map of a round (cells' edge rounds)."""
+  steps = backends.planned_steps(plans)
+  computed = clients.computed_steps(steps)
+  return {'useful_step_fraction': jnp.where(
+      computed > 0, jnp.sum(steps) / jnp.maximum(computed, 1), 1.0)}
 
 
 def cohort_held(data, plans) -> jax.Array:

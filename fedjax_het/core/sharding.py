@@ -25,6 +25,7 @@ import threading
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -220,3 +221,8 @@ class ShardedClients:
 
   def scan(self, fn: Callable, carry: PyTree, xs: PyTree):
     return self.inner.scan(fn, carry, xs)
+
+  def computed_steps(self, steps: jax.Array) -> jax.Array:
+    """The inner driver's count on each device's slice of the cohort, summed."""
+    slices = steps.reshape(self.mesh.devices.size, -1)
+    return jnp.sum(jax.vmap(self.inner.computed_steps)(slices))
