@@ -409,11 +409,12 @@ def host_round(workload: Workload, backend: str, algorithm: str, rounds: int,
       placed = runner.place(data.to_device())
       run_round = lambda s, n: runner.run(s, placed, n)
     state = initial_state(method, runner, params)
-    anon = []
+    anon, fractions = [], []  # per round: anonymous RSS, useful ÷ computed steps
 
     def step(s):
-      s = jax.block_until_ready(run_round(s, 1)[0])
+      s, metrics = jax.block_until_ready(run_round(s, 1))
       anon.append(host_memory().get('rss_anon_bytes', 0))
+      fractions.append(metrics['useful_step_fraction'])
       return s
 
     seconds, _ = _times(step, state, rounds)
@@ -421,7 +422,8 @@ def host_round(workload: Workload, backend: str, algorithm: str, rounds: int,
     counts = np.asarray(data.counts)
   return {'backend': runner.backend,
           'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
-          'seconds': seconds, 'stream': stream, 'feature_dtype': str(data.x.dtype),
+          'seconds': seconds, 'useful_step_fraction': float(np.median(fractions)),
+          'stream': stream, 'feature_dtype': str(data.x.dtype),
           'client_sizes': {'mean': float(counts.mean()), 'min': int(counts.min()),
                            'median': float(np.median(counts)), 'max': int(counts.max())},
           # Σ counts × row + counts and offsets, as stored (padded: M × max × row)

@@ -179,3 +179,23 @@ def test_the_tail_workload_is_stored_ragged(tmp_path):
   assert data.y.min() >= 1 and data.y.max() < 10_004
   # One epoch of batch 16: ⌈n/16⌉ steps a client, the cohort's 50 on average.
   assert bench.cohort_steps(workload) == round(50 * np.mean(-(-counts // 16)))
+
+
+def test_the_emnist_size_law_has_femnists_mean_and_leafs_spread():
+  sizes = bench.emnist_sizes(200_000)
+  # Log-normal with mean 671,585 / 3,400 = 197.5 and coefficient of variation
+  # 88.94 / 226.83 = 0.392 (clipping at 1 and 600 moves neither measurably).
+  assert abs(sizes.mean() - 197.5) < 0.5
+  assert abs(sizes.std() / sizes.mean() - 0.392) < 0.005
+  assert sizes.min() >= 1 and sizes.max() <= 600
+  np.testing.assert_array_equal(bench.emnist_sizes(5), bench.emnist_sizes(5))
+
+
+def test_a_heavy_tailed_workload_reports_the_useful_fraction_of_its_steps(capsys):
+  # One client at a time (map): each computes only its own ⌈n/B⌉ steps.
+  argv = ['bench', '--workload', 'W-EMNIST', '--rounds', '1', '--num-clients', '12',
+          '--cohort', '3', '--backend', 'map']
+  assert cli.main(argv) == 0
+  result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert result['useful_step_fraction'] == 1.0
+  assert result['client_sizes']['max'] > result['client_sizes']['min']

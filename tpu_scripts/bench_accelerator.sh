@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks this machine's accelerator with `fedjax-het bench`: W-PFL with cohorts of 50 and 500
-# clients, W-FIARSE and W-MLP, one after another. Each run's output goes to the terminal and to
+# clients, W-FIARSE, W-MLP and W-TAIL (heavy-tailed StackOverflow-shaped sizes, one local epoch:
+# its useful_step_fraction says how much of the computed work was padding), one after another,
+# then FedJAX's EMNIST reference (experiments/bench/fedjax_reference.py: 1,500 rounds of W-EMNIST,
+# total seconds with the compile apart). Each run's output goes to the terminal and to
 # $RESULTS.log; its last line (one JSON object: s/round, examples/s, roofline fraction, device
 # kind, ...) is appended to $RESULTS.
 #
@@ -16,7 +19,11 @@
 #   BACKEND         auto | vmap | map | sequential (default: auto = map, chunks of 128 on GPU/TPU).
 #   CLIENT_DEVICES  devices each cohort is sharded over (default: 1, one device). 0 = as many
 #                   visible devices as divide the cohort (50, 500, W-FIARSE's 10) evenly.
-#   FEDJAX_HET      the command (default: fedjax-het).
+#   FEDJAX_HET      the command (default: fedjax-het; e.g. 'python3 -m fedjax_het').
+#   PYTHON          the Python that runs fedjax_reference.py (default: python3).
+#   WORKLOADS       the bench runs, ';'-separated flag lists (default: the five above).
+#   REFERENCE       flags of fedjax_reference.py (default: --rounds 1500 --chunk 100); 'skip'
+#                   leaves it out. A CPU dry run: REFERENCE='--rounds 2 --chunk 1 --num-clients 50'.
 set -euo pipefail
 results="${RESULTS:-bench_results.jsonl}"
 log="$results.log"
@@ -25,17 +32,29 @@ mkdir -p "$(dirname "$results")"
 common="--rounds ${ROUNDS:-10} --backend ${BACKEND:-auto} --client-devices ${CLIENT_DEVICES:-1}"
 tmp="$(mktemp)"
 trap 'rm -f "$tmp"' EXIT
-for workload in '--workload W-PFL --cohort 50' '--workload W-PFL --cohort 500' \
-                '--workload W-FIARSE' '--workload W-MLP'; do
-  read -r -a flags <<< "$workload $common"
-  echo "== $(date -u +%FT%TZ) $fedjax_het bench ${flags[*]}" | tee -a "$log"
-  "$fedjax_het" bench "${flags[@]}" | tee "$tmp"
+python="${PYTHON:-python3}"
+IFS=';' read -r -a workloads <<< "${WORKLOADS:---workload W-PFL --cohort 50;--workload W-PFL --cohort 500;--workload W-FIARSE;--workload W-MLP;--workload W-TAIL}"
+record() {  # the last line of $tmp, a JSON object, appended to $results
   cat "$tmp" >> "$log"
   last="$(tail -n 1 "$tmp")"
   if [[ "$last" != '{'* ]]; then
-    echo "bench_accelerator.sh: no JSON result from: bench ${flags[*]}" >&2
+    echo "bench_accelerator.sh: no JSON result from: $*" >&2
     exit 1
   fi
   echo "$last" >> "$results"
+}
+for workload in "${workloads[@]}"; do
+  read -r -a flags <<< "$workload $common"
+  echo "== $(date -u +%FT%TZ) $fedjax_het bench ${flags[*]}" | tee -a "$log"
+  $fedjax_het bench "${flags[@]}" | tee "$tmp"
+  record "bench ${flags[*]}"
 done
+reference="${REFERENCE:---rounds 1500 --chunk 100}"
+if [[ "$reference" != skip ]]; then
+  read -r -a flags <<< "$reference --backend ${BACKEND:-auto}"
+  script="$(dirname "$0")/../experiments/bench/fedjax_reference.py"
+  echo "== $(date -u +%FT%TZ) fedjax_reference.py ${flags[*]}" | tee -a "$log"
+  "$python" "$script" "${flags[@]}" | tee "$tmp"
+  record "fedjax_reference.py ${flags[*]}"
+fi
 echo "results appended to $results (full output: $log)"
