@@ -93,18 +93,27 @@ def clock_scales(batch: int) -> tuple[float, float]:
   return scaled_flops / paper_flops, 1e9 * bytes_ratio
 
 
-def rounds_within(config, seconds: float) -> int:
-  """Rounds of `config`'s virtual clock that end within `seconds`: the clock
-  the run follows where it charges the masks clients learn (Co-S²P: its
-  mask phases are trained first, `train_mask_phases`), else the clock
-  projected from the config."""
+def rounds_within(config, seconds: float, bound: int = MAX_ROUNDS) -> int:
+  """Rounds of `config`'s virtual clock that end within `seconds`, of the
+  first `bound` simulated: the clock the run follows where it charges the
+  masks clients learn (Co-S²P: its mask phases are trained first,
+  `train_mask_phases`), else the clock projected from the config."""
   probe = config.copy_and_resolve_references()
-  probe.rounds = MAX_ROUNDS
+  probe.rounds = bound
   split, _, params, algorithm = run.build_experiment(probe)
-  if getattr(algorithm, 'charges_realised_masks', False):
+  if getattr(algorithm, 'charges_realised_masks', False) and probe.cos2p.mask_rounds:
     train_mask_phases(probe, algorithm, params, split.train)
   return int(np.searchsorted(algorithm.schedule.end_time, seconds,
                              side='right'))
+
+
+def masked_rounds_within(config, seconds: float, guess: int) -> int:
+  """`rounds_within` for Co-S²P, whose fit trains on a clock of `bound`
+  rounds simulated at every mask draw: 2·`guess` rounds (a fit near `guess`),
+  or MAX_ROUNDS where they all fit."""
+  bound = min(2 * guess + 1, MAX_ROUNDS)
+  rounds = rounds_within(config, seconds, bound)
+  return rounds if rounds < bound else rounds_within(config, seconds)
 
 
 def train_mask_phases(config, algorithm, params, train) -> None:
@@ -157,7 +166,7 @@ def with_time_budget(config):
       if config.cos2p.mask_rounds == rounds // 6:
         break
       config.cos2p.mask_rounds = rounds // 6
-      rounds = rounds_within(config, VIRTUAL_SECONDS)
+      rounds = masked_rounds_within(config, VIRTUAL_SECONDS, rounds)
   else:
     rounds = rounds_within(config, VIRTUAL_SECONDS)
   chunk = max(1, rounds // 18)
