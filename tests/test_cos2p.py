@@ -8,6 +8,7 @@ import pytest
 from engine_utils import (TINY_VIT, checkpoint_round_trip, committed,
                           tiny_vit_config, vit_experiment)
 from fedjax_het import config as config_lib
+from fedjax_het import run
 from fedjax_het.methods.cos2p import budget_masks, vit_engine
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
@@ -310,6 +311,27 @@ def test_a_mask_drawn_mid_chunk_is_charged_from_the_next_round():
                               state.clients['mask'])
   chex.assert_trees_all_close(chunked_state.params, state.params, rtol=1e-5,
                               atol=1e-8)
+
+
+def test_time_budget_fit_trains_the_mask_phases(monkeypatch):
+  """`cos2p_setup.train_mask_phases` leaves the algorithm with the clock a
+  run of the config follows (every mask it draws charged), not the one
+  projected at width R_w before training."""
+  setup = load_script('experiments/cos2p/cos2p_setup.py', monkeypatch)
+  config = cos2p_config(budgets=(0.25, 1.0), device_types=('agx64', 'agx32'),
+                        mask_rounds=2, clock=dict(client_seconds=(), mu=0.5,
+                                                  t_clk=0.0))
+  config.num_clients = config.clients_per_round = 2
+  config.rounds = 6
+  split, _, params, fitted = run.build_experiment(config)
+  projected = fitted.schedule.end_time
+  setup.train_mask_phases(config, fitted, params, split.train)
+  assert (fitted.schedule.end_time[3:] != projected[3:]).all()
+
+  algorithm, state, data = build(config)
+  run.make_runner(config, algorithm).run(state, data, 6)
+  np.testing.assert_array_equal(algorithm.schedule.end_time,
+                                fitted.schedule.end_time)
 
 
 def test_no_mask_rounds_is_charged_full_width():
