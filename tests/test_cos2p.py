@@ -8,6 +8,7 @@ import pytest
 from engine_utils import (TINY_VIT, checkpoint_round_trip, committed,
                           tiny_vit_config, vit_experiment)
 from fedjax_het import config as config_lib
+from fedjax_het import run
 from fedjax_het.methods.cos2p import budget_masks, vit_engine
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
@@ -211,13 +212,14 @@ def charged_against_masks(algorithm, masks_before, charged):
   of the mask client n held at round q's start, the cost at width R_w)."""
   from fedjax_het.systems import vit_cost
   o, shape = algorithm.options, algorithm.cost_shape()
-  device = vit_cost.device('agx64')
   rows = []
   for q, masks in enumerate(masks_before):
     for n in np.flatnonzero(algorithm.schedule.dispatched[q]):
       h, d = int(algorithm.offsets(np.int32(q))[n]), int(algorithm.depth[n])
-      common = dict(frozen=h, trainable=d, exits=1, train_embedding=h == 0,
-                    learns_mask=True)
+      exits = int(np.sum(np.unique(algorithm.depth) <= d))
+      common = dict(frozen=h, trainable=d, exits=exits,
+                    train_embedding=h == 0, learns_mask=True)
+      device = vit_cost.device(algorithm.device_types[n])
       seconds = lambda sub: np.float32(vit_cost.round_seconds(
           shape, sub, device, train_samples=int(algorithm.counts[n]),
           batch=algorithm.config.batch_size, epochs=o.epochs,
@@ -266,6 +268,70 @@ def test_clock_charges_the_realised_masks(tmp_path):
   resumed, _ = RoundRunner(fresh, 'map').run(restored, data, 1)
   np.testing.assert_array_equal(resumed.extras['charged_seconds'], charged)
   np.testing.assert_array_equal(fresh.schedule.end_time, s.end_time)
+
+
+def test_a_mask_drawn_mid_chunk_is_charged_from_the_next_round():
+  """Client 1 (budget 1, AGX32) is dispatched in mask round 0 and arrives
+  in round 2, where it draws its mask: its round-3 dispatch is charged that
+  mask, whether the rounds run one per call or all four in one (the runner
+  then runs rounds [0], [1, 2], [3]: a mask is drawn in rounds 0 and 2).
+  The two runs have the same charges, clock and masks, bit for bit, and
+  the same parameters to float32 rounding (a scan of two rounds compiles
+  to other fusions than two scans of one)."""
+  config = cos2p_config(budgets=(0.25, 1.0), device_types=('agx64', 'agx32'),
+                        mask_rounds=1, clock=dict(client_seconds=(), mu=0.5,
+                                                  t_clk=0.0))
+  config.num_clients = config.clients_per_round = 2
+  config.rounds = 4
+  algorithm, state, data = build(config)
+  runner = RoundRunner(algorithm, 'map')
+  masks_before = []
+  for _ in range(4):
+    masks_before.append(jax.device_get(state.clients['mask']))
+    state, _ = runner.run(state, data, 1)
+  charged = np.asarray(state.extras['charged_seconds'])
+  s = algorithm.schedule
+  np.testing.assert_array_equal(algorithm.draws_masks(s),
+                                [[1, 0], [0, 0], [0, 1], [0, 0]])
+  np.testing.assert_array_equal(s.dispatched[3], [False, True])
+  rows = charged_against_masks(algorithm, masks_before, charged)
+  np.testing.assert_array_equal(rows[:, 0], rows[:, 1])
+  late = block_units(masks_before[3], 1, range(2))
+  assert late != block_units(masks_before[2], 1, range(2))   # drawn in round 2
+  assert rows[-1, 0] != charged[0, 1]      # not charged the units it held
+
+  chunked, chunked_state, _ = build(config)
+  chunked_state, metrics = RoundRunner(chunked, 'map').run(chunked_state,
+                                                           data, 4)
+  assert metrics['train_loss'].shape == (4,)
+  np.testing.assert_array_equal(chunked_state.extras['charged_seconds'],
+                                charged)
+  np.testing.assert_array_equal(chunked.schedule.end_time, s.end_time)
+  chex.assert_trees_all_equal(chunked_state.clients['mask'],
+                              state.clients['mask'])
+  chex.assert_trees_all_close(chunked_state.params, state.params, rtol=1e-5,
+                              atol=1e-8)
+
+
+def test_time_budget_fit_trains_the_mask_phases(monkeypatch):
+  """`cos2p_setup.train_mask_phases` leaves the algorithm with the clock a
+  run of the config follows (every mask it draws charged), not the one
+  projected at width R_w before training."""
+  setup = load_script('experiments/cos2p/cos2p_setup.py', monkeypatch)
+  config = cos2p_config(budgets=(0.25, 1.0), device_types=('agx64', 'agx32'),
+                        mask_rounds=2, clock=dict(client_seconds=(), mu=0.5,
+                                                  t_clk=0.0))
+  config.num_clients = config.clients_per_round = 2
+  config.rounds = 6
+  split, _, params, fitted = run.build_experiment(config)
+  projected = fitted.schedule.end_time
+  setup.train_mask_phases(config, fitted, params, split.train)
+  assert (fitted.schedule.end_time[3:] != projected[3:]).all()
+
+  algorithm, state, data = build(config)
+  run.make_runner(config, algorithm).run(state, data, 6)
+  np.testing.assert_array_equal(algorithm.schedule.end_time,
+                                fitted.schedule.end_time)
 
 
 def test_no_mask_rounds_is_charged_full_width():

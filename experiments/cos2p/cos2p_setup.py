@@ -2,11 +2,13 @@
 
 `scaled_config()` is the common config of every method (data, model, training, clock; see
 scaled_digits.py for the setting), `with_time_budget(config)` gives a config as many rounds as its
-virtual clock fits in `VIRTUAL_SECONDS` (so methods are compared at equal virtual time), and
+virtual clock fits in `VIRTUAL_SECONDS` (so methods are compared at equal virtual time; Co-S²P's
+clock charges the masks its clients learn, so its fit trains the mask phases first), and
 `COLUMNS` is the Table-1 layout read from each run's summary.json. `paper_config(...)` is the
 paper-scale config of E1–E3 (the e*_imagenet*.py files), and `table_row(config, label)` turns
 Co-S²P's config into any row of Tables 1–2 (`TABLE_ROWS`).
 """
+import jax
 import ml_collections
 import numpy as np
 
@@ -91,13 +93,44 @@ def clock_scales(batch: int) -> tuple[float, float]:
   return scaled_flops / paper_flops, 1e9 * bytes_ratio
 
 
-def rounds_within(config, seconds: float) -> int:
-  """Rounds of `config`'s virtual clock that end within `seconds`."""
+def rounds_within(config, seconds: float, bound: int = MAX_ROUNDS) -> int:
+  """Rounds of `config`'s virtual clock that end within `seconds`, of the
+  first `bound` simulated: the clock the run follows where it charges the
+  masks clients learn (Co-S²P: its mask phases are trained first,
+  `train_mask_phases`), else the clock projected from the config."""
   probe = config.copy_and_resolve_references()
-  probe.rounds = MAX_ROUNDS
-  algorithm = run.build_experiment(probe)[3]
+  probe.rounds = bound
+  split, _, params, algorithm = run.build_experiment(probe)
+  if getattr(algorithm, 'charges_realised_masks', False) and probe.cos2p.mask_rounds:
+    train_mask_phases(probe, algorithm, params, split.train)
   return int(np.searchsorted(algorithm.schedule.end_time, seconds,
                              side='right'))
+
+
+def masked_rounds_within(config, seconds: float, guess: int) -> int:
+  """`rounds_within` for Co-S²P, whose fit trains on a clock of `bound`
+  rounds simulated at every mask draw: 2·`guess` rounds (a fit near `guess`),
+  or MAX_ROUNDS where they all fit."""
+  bound = min(2 * guess + 1, MAX_ROUNDS)
+  rounds = rounds_within(config, seconds, bound)
+  return rounds if rounds < bound else rounds_within(config, seconds)
+
+
+def train_mask_phases(config, algorithm, params, train) -> None:
+  """Trains `algorithm` (Co-S²P) from `params` until every update of a
+  mask round (dispatched in a round < Q̂) has arrived. From then on no
+  mask changes, so its `schedule` (the masks held, projected on) is the
+  clock of a run with `config`'s seed (`methods.cos2p.cos2p`)."""
+  state = algorithm.init(params, jax.random.PRNGKey(config.seed))
+  runner = run.make_runner(config, algorithm)
+  data = runner.place(train.to_device())
+  while True:
+    first = int(state.round)
+    draws = np.flatnonzero(algorithm.draws_masks(algorithm.schedule).any(1))
+    if not draws.size or draws[-1] < first:
+      break
+    state, _ = runner.run(state, data, int(draws[-1]) + 1 - first)
+  algorithm.prepare_rounds(state, int(state.round), 1)   # every mask held
 
 
 def scaled_config():
@@ -120,13 +153,22 @@ def scaled_config():
 
 
 def with_time_budget(config):
-  """`config` with the rounds its clock fits in VIRTUAL_SECONDS, masks in the
-  first sixth of them (E1: 20 of 120) and about 18 evaluations."""
+  """`config` with the rounds its clock fits in VIRTUAL_SECONDS (Co-S²P:
+  with the masks its clients learn in the first sixth of them, Q̂ = 20 of
+  120 in E1) and about 18 evaluations."""
   config = config.copy_and_resolve_references()
-  # Mask phases lengthen the first rounds: fit the rounds again with them.
-  for _ in range(2):
+  if 'mask_rounds' in methods.algorithm_class(config.algorithm).reads_keys:
+    # Q̂ = rounds // 6 and the rounds fitted with Q̂'s mask phases and the
+    # masks they draw: from Q̂ = 0 (full width), until Q̂ stays.
+    config.cos2p.mask_rounds = 0
     rounds = rounds_within(config, VIRTUAL_SECONDS)
-    config.cos2p.mask_rounds = rounds // 6
+    for _ in range(4):
+      if config.cos2p.mask_rounds == rounds // 6:
+        break
+      config.cos2p.mask_rounds = rounds // 6
+      rounds = masked_rounds_within(config, VIRTUAL_SECONDS, rounds)
+  else:
+    rounds = rounds_within(config, VIRTUAL_SECONDS)
   chunk = max(1, rounds // 18)
   config.update(rounds=rounds, eval_every=chunk, rounds_per_call=chunk,
                 checkpoint_every=chunk * (rounds // chunk + 1))

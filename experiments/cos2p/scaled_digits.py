@@ -39,16 +39,21 @@ TITLE = 'Co-S²P scaled comparison: digits, E1 client mix'
 CURVES = ('virtual_seconds',)
 
 
+def row_config(label: str):
+  """The config of row `label` (`LABELS`), its rounds fitted to the time budget."""
+  config = table_row(scaled_config(), 'cos2p' if label == 'cos2p_sync' else label)
+  if label == 'cos2p_sync' or config.algorithm != 'cos2p':
+    # Co-S²P (sync); the baselines fix these themselves (set as in the recorded runs).
+    config.clock.update(mu=1.0, t_clk=0.0)
+  config = with_time_budget(config)
+  if config.algorithm == 'prunefl':   # pruning on client 0, ten reconfigurations
+    config.prunefl.update(init_steps=20,
+                          reconfig_every=max(1, config.rounds // 10))
+  return config
+
+
+LABELS = (*TABLE_ROWS, 'cos2p_sync')
+
+
 def get_configs():
-  configs = {}
-  for label in (*TABLE_ROWS, 'cos2p_sync'):
-    config = table_row(scaled_config(), 'cos2p' if label == 'cos2p_sync' else label)
-    if label == 'cos2p_sync' or config.algorithm != 'cos2p':
-      # Co-S²P (sync); the baselines fix these themselves (set as in the recorded runs).
-      config.clock.update(mu=1.0, t_clk=0.0)
-    config = with_time_budget(config)
-    if config.algorithm == 'prunefl':   # pruning on client 0, ten reconfigurations
-      config.prunefl.update(init_steps=20,
-                            reconfig_every=max(1, config.rounds // 10))
-    configs[label] = config
-  return configs
+  return {label: row_config(label) for label in LABELS}

@@ -1,8 +1,9 @@
 """FSL_OC's clipping threshold by the heuristic of the work the paper cites for its clipping.
 
-Command:   python experiments/csefsl/fsl_oc_grad_norms.py [EXPERIMENT_FILE [ROUNDS]]
+Command:   python experiments/csefsl/fsl_oc_grad_norms.py [EXPERIMENT_FILE [ROUNDS]] [--config.KEY=VALUE ...]
            (default: experiments/csefsl/scaled_digits.py, 30 rounds; the CIFAR-10 / F-EMNIST files
-           need --config.data_dir, so run them where the data are)
+           need their data: run them where the data are, e.g.
+           python experiments/csefsl/fsl_oc_grad_norms.py experiments/csefsl/table5_cifar10.py 30 --config.data_dir=DIR)
 Source:    the CSE-FSL paper adds "gradient clipping [56]" to FSL_OC without a threshold, and the
            authors' code has no FSL_OC. [56] (Pascanu, Mikolov & Bengio 2013, Sec. 3.2) sets the
            threshold from "statistics on the average norm over a sufficiently large number of
@@ -22,6 +23,7 @@ import optax
 from fedjax_het import cli, run
 from fedjax_het.methods.split import fsl_baselines
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.options import ConfigError
 
 
 def gradient_norms(config, rounds: int) -> np.ndarray:
@@ -39,7 +41,10 @@ def gradient_norms(config, rounds: int) -> np.ndarray:
 
   fsl_baselines.clip_global_norm = record
   try:
-    split, _, params, algorithm = run.build_experiment(config)
+    try:
+      split, _, params, algorithm = run.build_experiment(config)
+    except ValueError as e:   # no data, bad sizes: one line, as the trainer
+      raise ConfigError(str(e)) from e
     state = algorithm.init(params, jax.random.PRNGKey(config.seed))
     state, _ = RoundRunner(algorithm, 'vmap').run(
         state, split.train.to_device(), rounds)
@@ -49,9 +54,17 @@ def gradient_norms(config, rounds: int) -> np.ndarray:
   return np.asarray(norms)
 
 
-def main(path: str = 'experiments/csefsl/scaled_digits.py',
-         rounds: str = '30') -> None:
+DEFAULTS = ['experiments/csefsl/scaled_digits.py', '30']   # EXPERIMENT_FILE, ROUNDS
+
+
+def main(argv: list[str]) -> None:
+  """argv: [EXPERIMENT_FILE [ROUNDS]] and `--config.KEY=VALUE` overrides."""
+  positional = [arg for arg in argv if not arg.startswith('--')]
+  path, rounds = (positional + DEFAULTS[len(positional):])[:2]
+  _, _, pairs = cli.parse_args([arg for arg in argv if arg.startswith('--')])
   config = cli.experiment_configs(cli.load_experiment(path), path)['fsl_oc']
+  for key, raw in pairs:
+    cli.apply_override(config, key, cli.parse_value(raw))
   for seed in range(3):
     config.seed = seed
     norms = gradient_norms(config, int(rounds))
@@ -61,4 +74,4 @@ def main(path: str = 'experiments/csefsl/scaled_digits.py',
 
 
 if __name__ == '__main__':
-  main(*sys.argv[1:])
+  sys.exit(cli.report_errors('fsl_oc_grad_norms', lambda: main(sys.argv[1:]) or 0))

@@ -162,17 +162,22 @@ class RoundRunner:
       num_rounds: rounds to run (compiled into one scan).
       inputs: per-round inputs with a leading [num_rounds] axis (each round's
         `plan_round` gets its row); None: the algorithm's own
-        (`prepare_rounds(state, first_round, num_rounds)`, e.g. a virtual
-        clock's schedule; None for most methods).
+        (`prepare_rounds`, e.g. a virtual clock's schedule; None for most
+        methods), in as many scans as it prepares prefixes (`_in_parts`).
     """
-    if inputs is None:
-      state, inputs = self.algorithm.prepare_rounds(state, int(state.round),
-                                                    num_rounds)
-    state, data = self.place((state, data))
-    if self.backend in backends.COMPILED_BACKENDS:
-      return self._compiled_chunk(num_rounds)(state, data, inputs)
-    state, metrics, _ = self._run_sequential(state, lambda r: data,
-                                             num_rounds, inputs)
+    placed = self.place(data)
+
+    def run_part(state, first, count, inputs):
+      del first
+      state = self.place(state)
+      if self.backend in backends.COMPILED_BACKENDS:
+        state, metrics = self._compiled_chunk(count)(state, placed, inputs)
+        return state, (metrics,)
+      state, metrics, _ = self._run_sequential(state, lambda r: placed,
+                                               count, inputs)
+      return state, (metrics,)
+
+    state, (metrics,) = self._in_parts(state, num_rounds, inputs, run_part)
     return state, metrics
 
   def run_cohorts(self, state: ServerState, cohorts: CohortData,
@@ -187,15 +192,48 @@ class RoundRunner:
     beforehand (the mesh: replicated) to overlap the transfer with compute.
     """
     num_rounds = int(cohorts.client_ids.shape[0])
-    if inputs is None:
-      state, inputs = self.algorithm.prepare_rounds(state, int(state.round),
-                                                    num_rounds)
-    state = self.place(state)
-    if self.backend in backends.COMPILED_BACKENDS:
-      return self._compiled_cohort_chunk(num_rounds)(state, cohorts, inputs)
-    return self._run_sequential(
-        state, lambda r: jax.tree.map(lambda x: x[r], cohorts), num_rounds,
-        inputs)
+
+    def run_part(state, first, count, inputs):
+      part = cohorts if count == num_rounds else jax.tree.map(
+          lambda x: x[first:first + count], cohorts)
+      state = self.place(state)
+      if self.backend in backends.COMPILED_BACKENDS:
+        state, metrics, held = self._compiled_cohort_chunk(count)(
+            state, part, inputs)
+      else:
+        state, metrics, held = self._run_sequential(
+            state, lambda r: jax.tree.map(lambda x: x[r], part), count,
+            inputs)
+      return state, (metrics, held)
+
+    state, (metrics, held) = self._in_parts(state, num_rounds, inputs,
+                                            run_part)
+    return state, metrics, held
+
+  def _in_parts(self, state, num_rounds: int, inputs, run_part):
+    """`num_rounds` rounds as `run_part(state, offset, count, inputs) ->
+    (state, outputs)` calls, the outputs concatenated over rounds.
+
+    Given `inputs`, one call. Otherwise the algorithm prepares the rounds
+    (`prepare_rounds(state, first, rest)`), which may return inputs for a
+    prefix of fewer rounds than asked, as many as the host can decide from
+    the state so far (a clock charging masks that clients draw within the
+    chunk: `methods.cos2p.cos2p`); the rest is prepared once the prefix has
+    run, from its state."""
+    if inputs is not None:
+      return run_part(state, 0, num_rounds, inputs)
+    parts, done = [], 0
+    while done < num_rounds:
+      state, inputs = self.algorithm.prepare_rounds(
+          state, int(state.round), num_rounds - done)
+      leaves = jax.tree.leaves(inputs)
+      count = int(leaves[0].shape[0]) if leaves else num_rounds - done
+      state, outputs = run_part(state, done, count, inputs)
+      parts.append(outputs)
+      done += count
+    if len(parts) == 1:
+      return state, parts[0]
+    return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
   def _run_sequential(self, state, data_of, num_rounds, inputs):
     """The sequential backend's rounds; round r reads `data_of(r)`."""

@@ -567,8 +567,10 @@ class FederatedAlgorithm:
     """(state, inputs) of rounds [first, first + count), before they run:
     a method whose host-made inputs depend on the state so far (e.g. a
     clock charging the submodels clients have learned) reads it here and
-    may record what it decided in the state. Default: the state unchanged
-    and `round_inputs(first, count)`."""
+    may record what it decided in the state; its inputs may cover fewer
+    rounds, a prefix (the runner prepares the rest after it has run,
+    `RoundRunner._in_parts`). Default: the state unchanged and
+    `round_inputs(first, count)`."""
     return state, self.round_inputs(first, count)
 
   # ---- round phase 2: local training ---------------------------------------

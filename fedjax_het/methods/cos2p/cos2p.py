@@ -39,22 +39,29 @@ its realised mask M keeps (`vit_cost.Submodel.blocks`), not the nominal
 width R_w (Eq. 2's budget term is a soft penalty, so the kept fraction is
 not R_w); a dispatch of a round < Q̂ also pays Ê epochs of mask training.
 The realised mask exists only once the client has trained, so the clock is
-simulated chunk by chunk (`prepare_rounds`): before each chunk of rounds the
-host reads every client's mask from the state and charges the chunk's
+simulated as the rounds run (`prepare_rounds`): before a chunk of rounds
+the host reads every client's mask from the state and charges the chunk's
 dispatches with it; each charge is recorded in `extras['charged_seconds']`
 [Q, N] (float32), so later chunks and a resumed run replay the same clock.
-A dispatch is thus charged the mask its client holds at the chunk's start:
-exactly the mask it trains and uploads once its last mask-phase update has
-arrived before that chunk (with one-round chunks, every dispatch at a round
-≥ Q̂ after it); a client in a mask round redraws its mask within that round,
-so there the charge is its previous mask (all units before its first mask
-phase), one mask phase behind, and a mask drawn within a chunk is charged
-from the next chunk on. `schedule` beyond the current chunk is a
+A client draws its mask when its update from a round < Q̂ arrives (round r),
+and is dispatched again at round r + 1's start: that dispatch, and every
+later one, is charged the mask drawn in round r. A mask drawn within a
+compiled chunk would come too late for the chunk's later dispatches, so
+`prepare_rounds` ends the chunk's inputs at the first round in which a mask
+is drawn, and the runner prepares the rest of the chunk from the state
+after it (`core.rounds.RoundRunner._in_parts`): in the mask phase chunks
+are one round long, and the clock, the charges and so the parameters do
+not depend on `rounds_per_call`. A dispatch of a round < Q̂ redraws its
+mask within that round, so it is charged its previous mask (all units
+before its first mask phase) and Ê epochs of mask training: one mask phase
+behind; from the return of its last mask phase on, a client is charged the
+mask it trains and uploads. `schedule` beyond the prepared rounds is a
 projection, never charged: the masks held now, or width R_w for a client
-that has not yet returned from a mask phase (so `experiments/cos2p`'s time
-budgets are fitted as before). Fixed `clock.client_seconds`, and widths that are
-not learned, are charged as the engine charges them, simulated once up
-front.
+that has not yet returned from a mask phase; once every client has
+returned from its last mask phase it is the clock the run will follow
+(`experiments/cos2p`'s time budgets are fitted on it). Fixed
+`clock.client_seconds`, and widths that are not learned, are charged as the
+engine charges them, simulated once up front.
 
 Aggregation (Eqs. 4–5), per segment i (a head, a row, a LayerNorm, an exit
 head, the embedding; `models.vit.segment_specs`):
@@ -191,9 +198,10 @@ class Cos2p(BudgetMasks):
 
   def prepare_rounds(self, state: ServerState, first: int,
                      count: int) -> tuple[ServerState, dict]:
-    """Charges the dispatches of rounds [first, first + count) with the
-    masks the clients hold in `state` and records them in
-    `extras['charged_seconds']` (module docstring); then `round_inputs`."""
+    """The inputs of rounds [first, first + m), m ≤ `count`, their
+    dispatches charged with the masks the clients hold in `state` and
+    recorded in `extras['charged_seconds']` (module docstring): m ends at
+    the first round in which a mask is drawn (`charge`)."""
     if not self.charges_realised_masks:
       return super().prepare_rounds(state, first, count)
     c = self.charges
@@ -201,13 +209,35 @@ class Cos2p(BudgetMasks):
     c.held_kept = self.kept_counts(state.clients['mask'])
     c.charge_until = first
     past = self.make_schedule()             # rounds < first: as charged
-    c.learned = (past.arrivals[:first] & (past.dispatch_round[:first] <
-                                          self.options.mask_rounds)).any(0)
-    c.charge_until = first + count
-    self.schedule = self.make_schedule()
+    c.learned = self.draws_masks(past)[:first].any(0)
+    count = self.charge(first, count)
     state = state.replace(extras={
         **state.extras, 'charged_seconds': jnp.asarray(c.charged)})
     return state, self.round_inputs(first, count)
+
+  def draws_masks(self, schedule: clock.Schedule) -> np.ndarray:
+    """bool [Q, N]: client n draws a new mask in round q, the round its
+    update from a mask round (dispatched in a round < Q̂) arrives."""
+    return schedule.arrivals & (schedule.dispatch_round <
+                                self.options.mask_rounds)
+
+  def charge(self, first: int, count: int) -> int:
+    """Charges (`charges.charged`) the dispatches of rounds [first, first +
+    m) with the held masks and sets `schedule`; returns m: the rounds up to
+    the first in which a mask is drawn, or `count` where none is drawn
+    before the last round (the dispatches after a draw are charged once its
+    mask is read from the state)."""
+    c = self.charges
+    c.charge_until = first + count
+    self.schedule = self.make_schedule()
+    drawn = self.draws_masks(self.schedule)[first:first + count - 1].any(1)
+    if not drawn.any():
+      return count
+    rounds = int(np.argmax(drawn)) + 1
+    c.charged[first + rounds:first + count] = -1.0     # not charged yet
+    c.charge_until = first + rounds
+    self.schedule = self.make_schedule()    # the same rounds < first + m
+    return rounds
 
   # ---- plans and state -----------------------------------------------------------
   def plan_round(self, state: ServerState, data=None,
