@@ -24,9 +24,6 @@ REPO = os.path.join(os.path.dirname(__file__), '..')
 QUADRATIC_TOY_CONFIGS = {'experiments/fedacs/fig4.py', 'experiments/fedacs/fig7.py'}
 FITS_ROUNDS = {'experiments/cos2p/scaled_digits.py', 'experiments/cos2p/scaled_ablation.py',
                'experiments/cos2p/scaled_mu_tclk.py'}
-# cos2p_setup.with_time_budget sets cos2p.mask_rounds on every row, after table_row left it
-# at its default for the baselines that do not read it: 8 of the 11 rows are refused.
-MASK_ROUNDS_BUG = {'experiments/cos2p/scaled_digits.py'}
 FITTED_ROUNDS = 36   # the stubbed fit: 6 mask rounds, an evaluation every 2 rounds
 PATHS = sorted(glob.glob(os.path.join(REPO, 'experiments', '**', '*.py'), recursive=True))
 
@@ -38,15 +35,6 @@ def _config_files():
     path = os.path.relpath(path, REPO)
     if 'def get_config' in text:
       yield path
-
-
-def _params(path: str):
-  if path in MASK_ROUNDS_BUG:
-    return pytest.param(path, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason='cos2p_setup.with_time_budget sets cos2p.mask_rounds on the baseline rows, '
-               'which do not read it (being fixed in experiments/cos2p/cos2p_setup.py)'))
-  return path
 
 
 def _module_beside(path: str, name: str, monkeypatch):
@@ -76,11 +64,12 @@ def _resolve_toy(config, monkeypatch) -> None:
     quadratic.quadratic.algorithm_config(config, method)
 
 
-@pytest.mark.parametrize('path', [_params(p) for p in _config_files()])
+@pytest.mark.parametrize('path', list(_config_files()))
 def test_every_config_of_every_experiment_file_resolves(path, monkeypatch):
   if path in FITS_ROUNDS:
     setup = _module_beside(path, 'cos2p_setup', monkeypatch)
-    monkeypatch.setattr(setup, 'rounds_within', lambda config, seconds: FITTED_ROUNDS)
+    monkeypatch.setattr(setup, 'rounds_within',
+                        lambda config, seconds, bound=0: FITTED_ROUNDS)
   configs = _configs(path)
   assert configs
   refused = []
@@ -98,4 +87,3 @@ def test_every_config_of_every_experiment_file_resolves(path, monkeypatch):
 def test_the_named_files_exist_and_define_configs():
   files = set(_config_files())
   assert QUADRATIC_TOY_CONFIGS | FITS_ROUNDS <= files
-  assert MASK_ROUNDS_BUG <= FITS_ROUNDS
