@@ -207,6 +207,16 @@ def block_units(masks: dict, client: int, layers: range) -> tuple:
                for layer in layers)
 
 
+def one_round_chunks(runner, state, data, rounds):
+  """(state after `rounds` one-round calls of `runner`, the clients' masks at
+  each round's start)."""
+  masks_before = []
+  for _ in range(rounds):
+    masks_before.append(jax.device_get(state.clients['mask']))
+    state, _ = runner.run(state, data, 1)
+  return state, masks_before
+
+
 def charged_against_masks(algorithm, masks_before, charged):
   """Per dispatch (q, n): (charged seconds, the analytic cost of the units
   of the mask client n held at round q's start, the cost at width R_w)."""
@@ -284,11 +294,8 @@ def test_a_mask_drawn_mid_chunk_is_charged_from_the_next_round():
   config.num_clients = config.clients_per_round = 2
   config.rounds = 4
   algorithm, state, data = build(config)
-  runner = RoundRunner(algorithm, 'map')
-  masks_before = []
-  for _ in range(4):
-    masks_before.append(jax.device_get(state.clients['mask']))
-    state, _ = runner.run(state, data, 1)
+  state, masks_before = one_round_chunks(RoundRunner(algorithm, 'map'), state,
+                                         data, 4)
   charged = np.asarray(state.extras['charged_seconds'])
   s = algorithm.schedule
   np.testing.assert_array_equal(algorithm.draws_masks(s),
@@ -341,11 +348,8 @@ def test_no_mask_rounds_is_charged_full_width():
                         device_types=('agx64',), mask_rounds=0)
   config.rounds = 2
   algorithm, state, data = build(config)
-  runner = RoundRunner(algorithm, 'map')
-  masks_before = []
-  for _ in range(2):
-    masks_before.append(jax.device_get(state.clients['mask']))
-    state, _ = runner.run(state, data, 1)
+  state, masks_before = one_round_chunks(RoundRunner(algorithm, 'map'), state,
+                                         data, 2)
   for kind in algorithm.options.learned_units:
     assert (np.asarray(state.clients['units'][kind]) == 1).all()
   rows = charged_against_masks(algorithm, masks_before,
