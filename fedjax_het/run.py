@@ -139,7 +139,8 @@ def _federated_split(config: ml_collections.ConfigDict):
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
       'cell_shards': {'shards_per_client': config.shards_per_client,
-                      'num_cells': config.hierarchy.num_cells},
+                      'num_cells': methods.algorithm_class(
+                          config.algorithm).data_cells(config)},
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})
