@@ -101,17 +101,21 @@ def load_script(path, monkeypatch=None):
 @dataclasses.dataclass(frozen=True)
 class Child:
   """A child process whose JSON report the tests of `test_file` assert on:
-  `python tests/SCRIPT SCRATCH_DIR` prints it as its last line of stdout.
+  `python tests/SCRIPT *ARGS SCRATCH_DIR` prints it as its last line of
+  stdout.
 
   without_flags: the suite's cheap compile flags (`_CHEAP_COMPILE_FLAGS`)
     the child compiles without (`default_flags_env`): none (), or all of them
     (None) for results pinned at a user's flags.
   cpu_devices: split the CPU into this many XLA devices (0: one).
+  args: the script's arguments before the scratch directory (a shard of its
+    work: children run side by side under xdist).
   """
   script: str
   test_file: str
   without_flags: tuple[str, ...] | None = ()
   cpu_devices: int = 0
+  args: tuple[str, ...] = ()
 
   def env(self) -> dict:
     """The child's environment: `default_flags_env`, this repository first
@@ -135,10 +139,18 @@ CHILDREN = {
                                without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 cpu_devices=4),
-    'heterogeneity_matrix': Child(
-        'test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
-        without_flags=('xla_cpu_use_fusion_emitters',)),
 }
+# The heterogeneity matrix's runs, in MATRIX_SHARDS children (each the
+# methods `sorted(ALGORITHMS)[i::MATRIX_SHARDS]`): its tests wait for all of
+# them, and one child alone would leave the other core idle meanwhile.
+MATRIX_SHARDS = 2
+MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{i}'
+                        for i in range(MATRIX_SHARDS))
+CHILDREN.update({
+    name: Child('test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
+                without_flags=('xla_cpu_use_fusion_emitters',),
+                args=(f'--shard={i}/{MATRIX_SHARDS}',))
+    for i, name in enumerate(MATRIX_CHILDREN)})
 
 
 def _shared_report(shared: pathlib.Path, name: str, timeout=900) -> dict:
@@ -159,7 +171,8 @@ def run_child(name: str, scratch: pathlib.Path, timeout=900) -> str:
   by `add_test_flags`) less the flags the child compiles without."""
   child = CHILDREN[name]
   result = subprocess.run(
-      [sys.executable, os.path.join(TESTS, child.script), str(scratch)],
+      [sys.executable, os.path.join(TESTS, child.script), *child.args,
+       str(scratch)],
       env=child.env(), capture_output=True, text=True, timeout=timeout,
       cwd=TESTS)
   assert result.returncode == 0, result.stderr[-3000:]
