@@ -30,10 +30,11 @@ holds at a user's flags, not always at the suite's elemental emitters
 The same runs pin every method's first rounds across engine refactors, as
 `test_pinned.py` pins its runs: the final parameters of each method without
 a part (every registered method: the paper experiments' mechanisms, Co-S²P's
-ViT baselines and FSL_OC included) and of each accepted cell ON, by their
-hash on the host they were recorded on and by summary statistics on every
-host (`pinned_matrix.json`; `python tests/test_heterogeneity_matrix.py
---record` adds what it does not hold yet).
+ViT baselines and FSL_OC included), of each accepted cell ON and of each ViT
+method under unequal budgets (`PAPER`), by their hash on the host they were
+recorded on and by summary statistics on every host (`pinned_matrix.json`;
+`python tests/test_heterogeneity_matrix.py --record` adds what it does not
+hold yet).
 
 `python tests/test_heterogeneity_matrix.py --markdown` prints the whole
 matrix (method × kind → effective / refused / SILENT, a neutral setting
@@ -124,6 +125,14 @@ NEUTRAL = {
     'AirComp channel': None,
 }
 assert set(ON) == set(NEUTRAL) == set(PARTS)
+
+# The ViT methods' own width rules (rolling, random or pruned units, learned
+# masks) act on clients below the full budget only: at the default budget 1
+# the runs without a part of vit_fedavg, vit_fedrolex, ram_fed, prunefl and
+# PLATON are one run bit for bit. Each ViT method is also pinned under these
+# budgets ('method|budgets', `pinned_runs`).
+PAPER = {'budgets': {'cos2p.budgets': (0.25, 0.25, 0.5, 0.5, 1.0, 1.0)}}
+SETTINGS = {'on': ON, 'neutral': NEUTRAL, 'paper': PAPER}
 for _kind, (_section, _name, _) in PARTS.items():
   assert f'{_section}.{_name}' in ON[_kind], _kind
 
@@ -227,12 +236,13 @@ NEUTRAL_ALONE = ('availability',)
 @functools.lru_cache(maxsize=None)
 def run_with(algorithm: str, kinds: tuple[str, ...] = (),
              setting: str = 'on'):
-  """Final params of `algorithm` with the `ON` (or `NEUTRAL`) values of
-  `kinds` set, () without any part; cached, so the run without a part is
-  shared by a method's cells and a neutral run by its kinds."""
+  """Final params of `algorithm` with the values of `kinds` in
+  `SETTINGS[setting]` set (`ON`, `NEUTRAL` or `PAPER`), () without any part;
+  cached, so the run without a part is shared by a method's cells and a
+  neutral run by its kinds."""
   config = tiny_config(algorithm)
   for kind in kinds:
-    config = with_values(config, (ON if setting == 'on' else NEUTRAL)[kind])
+    config = with_values(config, SETTINGS[setting][kind])
   started = time.process_time()
   try:
     return final_params(config)
@@ -304,10 +314,14 @@ def pinned_runs(methods) -> dict:
   """{run name: {'hash', 'summary'}} of every run the matrix pins of
   `methods`: each method without a part (name 'method': every method's
   first rounds, the paper experiments' included) and each accepted cell ON
-  that the method builds ('method|kind'). The neutral runs equal their
+  that the method builds ('method|kind'), and each ViT method under
+  `PAPER`'s budgets ('method|budgets'). The neutral runs equal their
   method's run without a part bit for bit (the matrix test), so they are
   pinned through it."""
   runs = {algorithm: run_with(algorithm) for algorithm in methods}
+  for algorithm in methods:
+    if tiny_config(algorithm).model == 'vit':
+      runs[f'{algorithm}|budgets'] = run_with(algorithm, ('budgets',), 'paper')
   for algorithm, kind in accepted_cells(methods):
     try:
       runs[f'{algorithm}|{kind}'] = run_with(algorithm, (kind,))
