@@ -40,8 +40,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_het import plots, workdir as workdir_lib
-from fedjax_het.methods.fiarse.submodels import capacity_key
 from fedjax_het.config import ConfigError
+from fedjax_het.evaluation import capacity_key
 
 Column = tuple[str, str]
 DEFAULT_COLUMNS: tuple[Column, ...] = (

@@ -17,6 +17,13 @@ from fedjax_het.data import text
 PyTree = Any
 
 
+def capacity_key(gamma: float) -> str:
+  """Metric-name form of a submodel capacity γ, e.g. 0.015625 -> '0.015625',
+  1.0 -> '1': a method evaluating each capacity logs 'accuracy@<key>' (and
+  'local_accuracy@', 'unparticipated_accuracy@'), which comparisons read."""
+  return f'{gamma:g}'
+
+
 def cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
   """Mean softmax cross-entropy of a batch: labels y [B] with logits [B, C], or next-token
   targets y [B, L] with logits [B, L, C], whose PAD targets count zero in a mean over B·L

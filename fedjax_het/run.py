@@ -139,7 +139,8 @@ def _federated_split(config: ml_collections.ConfigDict):
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
       'cell_shards': {'shards_per_client': config.shards_per_client,
-                      'num_cells': config.hierarchy.num_cells},
+                      'num_cells': methods.algorithm_class(
+                          config.algorithm).data_cells(config)},
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})
@@ -352,11 +353,14 @@ class _InterruptFlag:
 def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   """The round runner of `config`: its backend, sharded over `client_devices`.
 
-  `client_devices=0` uses the most devices that split the cohort evenly (all
-  of them when clients_per_round is a multiple of the device count); the
-  sequential backend runs on one device, and asking for more than one
-  device with it is a ConfigError.
+  The cohort sharded is the algorithm's (`cohort_size`, the clients or slots
+  a round maps over: clients_per_round, every client for OS or FedACS's full
+  participation, HIST's cells, a clock's slots). `client_devices=0` uses the
+  most devices that split it evenly (all of them when it is a multiple of
+  the device count); the sequential backend runs on one device, and asking
+  for more than one device with it is a ConfigError.
   """
+  cohort = algorithm.cohort_size
   backend = resolve_backend(config.backend)
   if config.map_chunk_size and backend != 'map':
     raise config_lib.ConfigError(
@@ -366,7 +370,7 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
   if backend in COMPILED_BACKENDS:
     devices = config.client_devices or max(
         d for d in range(1, jax.device_count() + 1)
-        if config.clients_per_round % d == 0)
+        if cohort % d == 0)
   elif config.client_devices > 1:
     raise config_lib.ConfigError(
         f'backend {backend!r} runs on one device; client_devices='
@@ -377,11 +381,11 @@ def make_runner(config: ml_collections.ConfigDict, algorithm) -> RoundRunner:
     mesh = client_mesh(devices)
   except ValueError as e:
     raise config_lib.ConfigError(str(e)) from e
-  if mesh is not None and config.clients_per_round % mesh.devices.size:
+  if mesh is not None and cohort % mesh.devices.size:
     raise config_lib.ConfigError(
-        f'clients_per_round={config.clients_per_round} cannot be split evenly '
-        f'over {mesh.devices.size} devices; use a multiple of '
-        f'{mesh.devices.size} or set client_devices.')
+        f'{config.algorithm} runs a cohort of {cohort} clients per round, '
+        f'which cannot be split evenly over {mesh.devices.size} devices; use '
+        f'a multiple of {mesh.devices.size} or set client_devices.')
   return RoundRunner(algorithm, config.backend, config.map_chunk_size, mesh)
 
 

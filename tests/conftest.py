@@ -32,9 +32,7 @@ _JAX_SETTINGS = {'jax_compilation_cache_dir': _CACHE,
                  'jax_persistent_cache_min_entry_size_bytes': 0}
 
 
-_TEST_XLA_FLAGS = script_utils.test_xla_flags()
-if _TEST_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_TEST_XLA_FLAGS}".strip()
+script_utils.add_test_flags()
 for _name, _value in _JAX_SETTINGS.items():
   os.environ[_name.upper()] = str(_value)
 

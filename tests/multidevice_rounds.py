@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from fedjax_het import run
-from fedjax_het.config import base_config
+from fedjax_het.config import ConfigError, base_config
 from fedjax_het.core import sharding
 from fedjax_het.core.rounds import RoundRunner
 
@@ -40,6 +40,32 @@ CASES = {
 for case in ('fiarse/vmap', 'heterofl/map'):
   CASES[case].submodel.scaler = False
 CASES['hist/vmap'].hierarchy.update(num_cells=2, edge_rounds=2)
+
+
+# The mesh splits the method's cohort: all 8 clients for OS and for
+# fedavg_het's full participation (rule (21)), whatever clients_per_round
+# says (3 would split over 3 of the 4 devices, 8 splits over all 4); 6
+# sampled clients of FedAvg split over 3, and over 4 are refused.
+MESH_CASES = {
+    'fedavg': digits_config('fedavg', 'vmap', clients_per_round=6),
+    'os': digits_config('os', 'vmap', clients_per_round=3),
+    'fedavg_het full': digits_config('fedavg_het', 'vmap',
+                                     clients_per_round=3),
+    'fedavg on 4': digits_config('fedavg', 'vmap', clients_per_round=6,
+                                 client_devices=4),
+}
+MESH_CASES['fedavg_het full'].fedacs.participation = 'full'
+
+
+def mesh_devices(config):
+  """The devices `run.make_runner` shards `config`'s cohort over, or its
+  one-line refusal."""
+  _, _, _, algorithm = run.build_experiment(config)
+  try:
+    mesh = run.make_runner(config, algorithm).mesh
+  except ConfigError as e:
+    return str(e)
+  return 1 if mesh is None else mesh.devices.size
 
 
 def final_params(config, mesh, rounds=3):
@@ -72,6 +98,8 @@ def main(workdir):
     report['indivisible_cohort'] = 'no error'
   except ValueError as e:
     report['indivisible_cohort'] = str(e)
+  report['mesh_devices'] = {name: mesh_devices(config)
+                            for name, config in MESH_CASES.items()}
   summaries = {}
   for devices in (1, 0):
     config = digits_config('fiarse', 'auto', capacities=(0.25, 1.0),

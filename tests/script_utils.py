@@ -56,6 +56,15 @@ def test_xla_flags() -> str:
                   if _jaxlib_knows_flag(name))
 
 
+def add_test_flags(environ=os.environ) -> None:
+  """Adds `test_xla_flags()` to `environ`'s XLA_FLAGS (once): a test
+  session's compile flags (conftest.py), also those of a child run outside
+  one (`run_child`)."""
+  flags = test_xla_flags()
+  if flags not in environ.get('XLA_FLAGS', ''):
+    environ['XLA_FLAGS'] = f"{environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
 def free_port() -> int:
   """A TCP port on localhost that is free now (a coordinator's)."""
   with socket.socket() as s:
@@ -92,20 +101,30 @@ def load_script(path, monkeypatch=None):
 @dataclasses.dataclass(frozen=True)
 class Child:
   """A child process whose JSON report the tests of `test_file` assert on:
-  `python tests/SCRIPT SCRATCH_DIR` prints it as its last line of stdout.
+  `python tests/SCRIPT *ARGS SCRATCH_DIR` prints it as its last line of
+  stdout.
 
   without_flags: the suite's cheap compile flags (`_CHEAP_COMPILE_FLAGS`)
     the child compiles without (`default_flags_env`): none (), or all of them
     (None) for results pinned at a user's flags.
   cpu_devices: split the CPU into this many XLA devices (0: one).
+  args: the script's arguments before the scratch directory (a shard of its
+    work: children run side by side under xdist).
   """
   script: str
   test_file: str
   without_flags: tuple[str, ...] | None = ()
   cpu_devices: int = 0
+  args: tuple[str, ...] = ()
 
   def env(self) -> dict:
+    """The child's environment: `default_flags_env`, this repository first
+    on the import path (a script's own directory, tests/, is; the installed
+    `fedjax_het` may be another checkout's, e.g. an editable install of a
+    sibling worktree), and the CPU's devices."""
     env = default_flags_env(self.without_flags)
+    env['PYTHONPATH'] = os.pathsep.join(
+        filter(None, (REPO, os.environ.get('PYTHONPATH'))))
     if self.cpu_devices:
       from fedjax_het.core import sharding
       env['JAX_PLATFORMS'] = 'cpu'
@@ -120,28 +139,44 @@ CHILDREN = {
                                without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 cpu_devices=4),
-    'heterogeneity_matrix': Child(
-        'test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
-        without_flags=('xla_cpu_use_fusion_emitters',)),
 }
+# The heterogeneity matrix's runs, in MATRIX_SHARDS children (each the
+# methods `sorted(ALGORITHMS)[i::MATRIX_SHARDS]`): its tests wait for all of
+# them, and one child alone would leave the other core idle meanwhile.
+MATRIX_SHARDS = 2
+MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{i}'
+                        for i in range(MATRIX_SHARDS))
+CHILDREN.update({
+    name: Child('test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
+                without_flags=('xla_cpu_use_fusion_emitters',),
+                args=(f'--shard={i}/{MATRIX_SHARDS}',))
+    for i, name in enumerate(MATRIX_CHILDREN)})
 
 
 def _shared_report(shared: pathlib.Path, name: str, timeout=900) -> dict:
   """`CHILDREN[name]`'s report, computed once per test session: the first
   process to take the lock `shared/name.lock` runs the child and writes
   `shared/name.json`, the others read it."""
-  child = CHILDREN[name]
   report = shared / f'{name}.json'
   with open(shared / f'{name}.lock', 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not report.exists():
-      result = subprocess.run(
-          [sys.executable, os.path.join(TESTS, child.script),
-           str(shared / name)], env=child.env(), capture_output=True,
-          text=True, timeout=timeout, cwd=TESTS)
-      assert result.returncode == 0, result.stderr[-3000:]
-      report.write_text(result.stdout.strip().splitlines()[-1])
+      report.write_text(run_child(name, shared / name, timeout))
   return json.loads(report.read_text())
+
+
+def run_child(name: str, scratch: pathlib.Path, timeout=900) -> str:
+  """The last line of stdout of `CHILDREN[name]` (its JSON report), run
+  from this process's environment (a test session's, or one given its flags
+  by `add_test_flags`) less the flags the child compiles without."""
+  child = CHILDREN[name]
+  result = subprocess.run(
+      [sys.executable, os.path.join(TESTS, child.script), *child.args,
+       str(scratch)],
+      env=child.env(), capture_output=True, text=True, timeout=timeout,
+      cwd=TESTS)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout.strip().splitlines()[-1]
 
 
 def child_report(tmp_path_factory, worker_id, name: str) -> dict:

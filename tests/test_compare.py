@@ -2,6 +2,8 @@
 import json
 import math
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -125,6 +127,17 @@ def test_a_single_config_runs_over_the_files_seeds(tmp_path, capsys):
   assert len(rows) == 3 and '±' in rows[0]  # the mean ± std row, then one row per seed
   assert cli.main(['--config', str(path), '--seeds', '0']) == 2
   assert '--seeds takes a positive integer' in capsys.readouterr().err
+
+
+def test_the_comparison_runner_imports_no_method():
+  """The generic runner reads per-capacity metrics by the generic naming
+  (`evaluation.capacity_key`), not through one paper's method module."""
+  loaded = subprocess.run(
+      [sys.executable, '-c', 'import sys, fedjax_het.compare; print(sorted('
+       'm for m in sys.modules if m.startswith("fedjax_het.methods")))'],
+      capture_output=True, text=True, check=True,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert loaded.stdout.strip() == '[]', loaded.stdout
 
 
 def test_seed_stats_and_cells():

@@ -21,12 +21,20 @@ compared directly: ON must move some parameter by more than float rounding
 (`EFFECT`), the neutral run must equal the run without the part bit for bit.
 
 The runs are in-process (`run.build_experiment` and the run's `RoundRunner`,
-no workdir): the ON runs and the runs without a part in the test process,
-the neutral runs and their runs without a part in one child process per
-session (`neutral`, `script_utils.CHILDREN`), compiled with XLA:CPU's
-fusion emitters: bit for bit across two programs holds at a user's flags,
-not always at the suite's elemental emitters (HeteroFL's neutral q, T and
-clock move 1 ulp there).
+no workdir), all of them in child processes, once per session (`matrix`,
+`script_utils.MATRIX_CHILDREN`: the methods in shards run side by side),
+compiled with XLA:CPU's fusion emitters: bit for bit across two programs
+holds at a user's flags, not always at the suite's elemental emitters
+(HeteroFL's neutral q, T and clock move 1 ulp there).
+
+The same runs pin every method's first rounds across engine refactors, as
+`test_pinned.py` pins its runs: the final parameters of each method without
+a part (every registered method: the paper experiments' mechanisms, Co-S²P's
+ViT baselines and FSL_OC included), of each accepted cell ON and of each ViT
+method under unequal budgets (`PAPER`), by their hash on the host they were
+recorded on and by summary statistics on every host (`pinned_matrix.json`;
+`python tests/test_heterogeneity_matrix.py --record` adds what it does not
+hold yet).
 
 `python tests/test_heterogeneity_matrix.py --markdown` prints the whole
 matrix (method × kind → effective / refused / SILENT, a neutral setting
@@ -34,9 +42,13 @@ that is not neutral, the CPU seconds per method) as a markdown table from
 the same functions.
 """
 import collections
+import concurrent.futures
 import functools
 import json
+import os
+import pathlib
 import sys
+import tempfile
 import time
 
 import jax
@@ -48,7 +60,9 @@ from fedjax_het import run
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from engine_utils import TINY_VIT
-from script_utils import child_report
+from script_utils import (MATRIX_CHILDREN, add_test_flags, child_report,
+                          run_child)
+from test_pinned import codegen_host, params_hash
 from test_scoped_config import PARTS, configured
 
 NUM_CLIENTS = 6   # K = N: the clock parts dispatch every client (Alg. 1)
@@ -111,6 +125,14 @@ NEUTRAL = {
     'AirComp channel': None,
 }
 assert set(ON) == set(NEUTRAL) == set(PARTS)
+
+# The ViT methods' own width rules (rolling, random or pruned units, learned
+# masks) act on clients below the full budget only: at the default budget 1
+# the runs without a part of vit_fedavg, vit_fedrolex, ram_fed, prunefl and
+# PLATON are one run bit for bit. Each ViT method is also pinned under these
+# budgets ('method|budgets', `pinned_runs`).
+PAPER = {'budgets': {'cos2p.budgets': (0.25, 0.25, 0.5, 0.5, 1.0, 1.0)}}
+SETTINGS = {'on': ON, 'neutral': NEUTRAL, 'paper': PAPER}
 for _kind, (_section, _name, _) in PARTS.items():
   assert f'{_section}.{_name}' in ON[_kind], _kind
 
@@ -126,8 +148,9 @@ def accepted(algorithm: str, kind: str) -> bool:
   return True
 
 
-def accepted_cells() -> list[tuple[str, str]]:
-  return [(algorithm, kind) for algorithm in sorted(ALGORITHMS)
+def accepted_cells(methods=tuple(sorted(ALGORITHMS))
+                   ) -> list[tuple[str, str]]:
+  return [(algorithm, kind) for algorithm in methods
           for kind in PARTS if accepted(algorithm, kind)]
 
 
@@ -213,12 +236,13 @@ NEUTRAL_ALONE = ('availability',)
 @functools.lru_cache(maxsize=None)
 def run_with(algorithm: str, kinds: tuple[str, ...] = (),
              setting: str = 'on'):
-  """Final params of `algorithm` with the `ON` (or `NEUTRAL`) values of
-  `kinds` set, () without any part; cached, so the run without a part is
-  shared by a method's cells and a neutral run by its kinds."""
+  """Final params of `algorithm` with the values of `kinds` in
+  `SETTINGS[setting]` set (`ON`, `NEUTRAL` or `PAPER`), () without any part;
+  cached, so the run without a part is shared by a method's cells and a
+  neutral run by its kinds."""
   config = tiny_config(algorithm)
   for kind in kinds:
-    config = with_values(config, (ON if setting == 'on' else NEUTRAL)[kind])
+    config = with_values(config, SETTINGS[setting][kind])
   started = time.process_time()
   try:
     return final_params(config)
@@ -274,32 +298,84 @@ def neutral_report(algorithm: str, kind: str) -> dict:
           'difference': max_change(neutral, without)}
 
 
-def neutral_matrix() -> dict:
-  """{'method|kind': neutral_report} of every accepted cell with a neutral
-  setting other than the defaults, and 'cpu_seconds' per method."""
-  report = {f'{algorithm}|{kind}': neutral_report(algorithm, kind)
-            for algorithm, kind in accepted_cells()
-            if NEUTRAL[kind] is not None}
+def summary(params) -> dict:
+  """What a run's final parameters are pinned by on every host: their
+  number, sum, sum of absolute values, sum of squares and largest absolute
+  value (float64 over every leaf)."""
+  values = np.concatenate([np.ravel(np.asarray(leaf, np.float64))
+                           for leaf in jax.tree.leaves(params)])
+  return {'size': int(values.size), 'sum': float(values.sum()),
+          'sum_abs': float(np.abs(values).sum()),
+          'sum_sq': float(np.square(values).sum()),
+          'max_abs': float(np.abs(values).max())}
+
+
+def pinned_runs(methods) -> dict:
+  """{run name: {'hash', 'summary'}} of every run the matrix pins of
+  `methods`: each method without a part (name 'method': every method's
+  first rounds, the paper experiments' included) and each accepted cell ON
+  that the method builds ('method|kind'), and each ViT method under
+  `PAPER`'s budgets ('method|budgets'). The neutral runs equal their
+  method's run without a part bit for bit (the matrix test), so they are
+  pinned through it."""
+  runs = {algorithm: run_with(algorithm) for algorithm in methods}
+  for algorithm in methods:
+    if tiny_config(algorithm).model == 'vit':
+      runs[f'{algorithm}|budgets'] = run_with(algorithm, ('budgets',), 'paper')
+  for algorithm, kind in accepted_cells(methods):
+    try:
+      runs[f'{algorithm}|{kind}'] = run_with(algorithm, (kind,))
+    except Refused:
+      continue
+  return {name: {'hash': params_hash(params), 'summary': summary(params)}
+          for name, params in runs.items()}
+
+
+def matrix_report(methods=tuple(sorted(ALGORITHMS))) -> dict:
+  """The report of `methods`' runs: 'on' {'method|kind': on_report} of
+  every accepted cell, 'neutral' {'method|kind': neutral_report} of those
+  with a neutral setting other than the defaults, 'pins' (`pinned_runs`),
+  'cpu_seconds' per method."""
+  cells = accepted_cells(methods)
+  report = {
+      'on': {f'{a}|{k}': on_report(a, k) for a, k in cells},
+      'neutral': {f'{a}|{k}': neutral_report(a, k) for a, k in cells
+                  if NEUTRAL[k] is not None},
+      'pins': pinned_runs(methods)}
   report['cpu_seconds'] = dict(CPU_SECONDS)
   return report
 
 
+def shard_methods(argument: str) -> tuple[str, ...]:
+  """The methods of the child's shard '--shard=i/n': sorted(ALGORITHMS)[i::n]."""
+  i, n = map(int, argument.removeprefix('--shard=').split('/'))
+  return tuple(sorted(ALGORITHMS)[i::n])
+
+
+def merged(reports) -> dict:
+  """The shards' reports as one (each of their dicts joined)."""
+  return {key: {k: v for report in reports for k, v in report[key].items()}
+          for key in reports[0]}
+
+
 @pytest.fixture(scope='session')
-def neutral(tmp_path_factory, worker_id):
-  """`neutral_matrix()` compiled with XLA:CPU's fusion emitters (a user's
-  default; LLVM level 0 as the suite): a child process (`python
-  test_heterogeneity_matrix.py`), once per session. The neutral settings
-  are compared bit for bit across two programs, and under the suite's
-  elemental emitters (`script_utils.test_xla_flags`) two programs may fuse
-  differently: HeteroFL's neutral q, T and clock runs then move 1 ulp. The
-  ON runs are compared with a margin (EFFECT) and run in the test process."""
-  return child_report(tmp_path_factory, worker_id, 'heterogeneity_matrix')
+def matrix(tmp_path_factory, worker_id):
+  """`matrix_report()` compiled with XLA:CPU's fusion emitters (a user's
+  default; LLVM level 0 as the suite): child processes (`python
+  test_heterogeneity_matrix.py --shard=i/n`, `script_utils.MATRIX_CHILDREN`),
+  once per session. The neutral settings are compared bit for bit across
+  two programs, and under the suite's elemental emitters
+  (`script_utils.test_xla_flags`) two programs may fuse differently:
+  HeteroFL's neutral q, T and clock runs then move 1 ulp; the pinned hashes
+  hold a refactor (another program) to bit-identity at these flags too."""
+  return merged([child_report(tmp_path_factory, worker_id, name)
+                 for name in MATRIX_CHILDREN])
 
 
 @pytest.mark.parametrize('algorithm,kind', accepted_cells())
 def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
-    neutral, algorithm, kind):
-  cell = on_report(algorithm, kind)
+    matrix, algorithm, kind):
+  cell = matrix['on'][f'{algorithm}|{kind}']
   if cell['verdict'] == 'refused':  # one line when the method is built
     assert cell['detail'] and '\n' not in cell['detail'], cell['detail']
     return
@@ -308,7 +384,7 @@ def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
       f'is ignored (largest relative change {cell["change"]:.2g})')
   if NEUTRAL[kind] is None:
     return   # the neutral setting is the defaults: the run without the part
-  cell = neutral[f'{algorithm}|{kind}']
+  cell = matrix['neutral'][f'{algorithm}|{kind}']
   settings = [NEUTRAL[k] for k in cell['kinds']]
   assert 'refused' not in cell, (
       f'{algorithm} runs under {ON[kind]} but refuses the neutral settings '
@@ -324,6 +400,137 @@ def test_every_kind_is_accepted_by_some_method():
   assert {kind for _, kind in accepted_cells()} == set(PARTS)
 
 
+# ---- pins: the matrix's runs held across engine refactors ------------------
+# `pinned_matrix.json`: 'hashes' {host: {run: params_hash}}, bit for bit on
+# the host they were recorded on (`test_pinned.codegen_host`; the child's
+# flags), and 'summaries' {run: summary}, compared on every host to
+# SUMMARY_RTOL of their scale (but the ViT methods', `chaotic`). Recorded
+# by `python tests/test_heterogeneity_matrix.py --record`, which adds only
+# what the file does not hold yet (this host's hashes, new runs' summaries):
+# a pinned value is never overwritten; a change is a behaviour change,
+# explained in the commit and re-pinned by hand.
+PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                    'pinned_matrix.json')
+RECORD = 'python tests/test_heterogeneity_matrix.py --record'
+
+# A summary statistic may move by SUMMARY_RTOL of its scale (the sum of
+# absolute values for the sums, the sum of squares, the largest absolute
+# value): every parameter moved by that much relative to itself moves it by
+# at most that. Compiled at default flags (LLVM level 2) instead of the
+# child's, the MLP and split LeNet-5 runs move by at most 6e-9 of it (every
+# hash changes); what a run computes, by orders more.
+SUMMARY_RTOL = 1e-6
+
+
+def chaotic(algorithm: str) -> str | None:
+  """Why `algorithm`'s summaries cannot be compared off the pinning host,
+  or None. Its 2-round runs on the 2-block ViT amplify rounding: initial
+  parameters moved by 1 ulp move vit_fedavg's final sum by 1.1e-3 of its
+  scale and its sum of squares by 0.8%; compiled at default flags, the
+  ViT methods' summaries move by 2-6% (the MLP runs: 8e-8 and 6e-9)."""
+  if tiny_config(algorithm).model != 'vit':
+    return None
+  return (f'{algorithm} on the 2-block ViT moves its summary by up to 6% '
+          'under last-bit changes (another compilation or host): it is '
+          'pinned by hash on the hosts that recorded it')
+
+
+def load_pins() -> dict:
+  with open(PINS) as f:
+    return json.load(f)
+
+
+def method_runs(runs: dict, algorithm: str) -> set:
+  """The names in `runs` of `algorithm`'s runs (itself and its cells)."""
+  return {name for name in runs if name.split('|')[0] == algorithm}
+
+
+def summary_mismatch(got: dict, pinned: dict) -> str | None:
+  """The first statistic of `got` further than SUMMARY_RTOL of its scale
+  from `pinned`, described; None when all are within it."""
+  if got['size'] != pinned['size']:
+    return f'{got["size"]} parameters, pinned {pinned["size"]}'
+  scale = {'sum': 'sum_abs', 'sum_abs': 'sum_abs', 'sum_sq': 'sum_sq',
+           'max_abs': 'max_abs'}
+  for key, by in scale.items():
+    if abs(got[key] - pinned[key]) > SUMMARY_RTOL * pinned[by]:
+      return f'{key} {got[key]!r}, pinned {pinned[key]!r}'
+  return None
+
+
+@pytest.mark.parametrize('algorithm', sorted(ALGORITHMS))
+def test_the_matrix_runs_keep_their_pinned_summaries(matrix, algorithm):
+  """On every host: the method's runs are the pinned ones, each with its
+  pinned summary to SUMMARY_RTOL (the ViT methods' on the pinning host
+  only, `chaotic`)."""
+  pins = load_pins()
+  if chaotic(algorithm) and codegen_host() not in pins['hashes']:
+    pytest.skip(chaotic(algorithm))
+  pinned = pins['summaries']
+  runs = method_runs(matrix['pins'], algorithm)
+  assert runs <= set(pinned), (
+      f'not pinned: {sorted(runs - set(pinned))}; record them with {RECORD}')
+  assert method_runs(pinned, algorithm) <= runs, (
+      f'pinned but no longer run: '
+      f'{sorted(method_runs(pinned, algorithm) - runs)}')
+  moved = {name: summary_mismatch(matrix['pins'][name]['summary'],
+                                  pinned[name]) for name in sorted(runs)}
+  moved = {name: why for name, why in moved.items() if why}
+  assert not moved, f'final parameters moved: {moved}'
+
+
+@pytest.mark.parametrize('algorithm', sorted(ALGORITHMS))
+def test_the_matrix_runs_are_bit_identical_on_the_pinning_host(matrix,
+                                                               algorithm):
+  host = codegen_host()
+  hashes = load_pins()['hashes']
+  if host not in hashes:
+    pytest.skip(f'the matrix was not pinned on this host ({host}); hosts '
+                f'recorded: {"; ".join(hashes)}')
+  runs = method_runs(matrix['pins'], algorithm)
+  assert runs <= set(hashes[host]), (
+      f'not pinned on this host: {sorted(runs - set(hashes[host]))}; '
+      f'record them with {RECORD}')
+  changed = [name for name in sorted(runs)
+             if matrix['pins'][name]['hash'] != hashes[host][name]]
+  assert not changed, f'final parameters not bit-identical: {changed}'
+
+
+def record(pins: dict, report: dict) -> list[str]:
+  """Adds to `pins` this host's hashes and the summaries of the runs of
+  `report` (`matrix_report`) it does not hold yet; returns what it added."""
+  host = codegen_host()
+  hashes = pins.setdefault('hashes', {}).setdefault(host, {})
+  summaries = pins.setdefault('summaries', {})
+  added = []
+  for name, run in report['pins'].items():
+    if name not in hashes:
+      hashes[name] = run['hash']
+      added.append(f'{host}: {name}')
+    if name not in summaries:
+      summaries[name] = run['summary']
+      added.append(f'summary: {name}')
+  return added
+
+
+def record_pins() -> None:
+  """--record: runs the children as a test session does (`run_child`, at
+  their flags, side by side) and adds what `pinned_matrix.json` does not
+  hold yet."""
+  add_test_flags()
+  with tempfile.TemporaryDirectory() as scratch, \
+      concurrent.futures.ThreadPoolExecutor(len(MATRIX_CHILDREN)) as pool:
+    report = merged([json.loads(line) for line in pool.map(
+        lambda name: run_child(name, pathlib.Path(scratch) / name, None),
+        MATRIX_CHILDREN)])
+  pins = load_pins() if os.path.exists(PINS) else {}
+  added = record(pins, report)
+  with open(PINS, 'w') as f:
+    json.dump(pins, f, indent=1, sort_keys=True)
+    f.write('\n')
+  print('\n'.join(added) or 'nothing new to pin')
+
+
 def markdown_matrix() -> str:
   """The matrix as a markdown table of every method × kind: 'effective
   (largest relative change)', 'refused' (at validation, or 'refused when
@@ -331,7 +538,7 @@ def markdown_matrix() -> str:
   without the part is marked 'neutral ≠'. The counts and the CPU seconds
   per method follow. Compiled at this process's flags (a user's by
   default)."""
-  neutral = neutral_matrix()
+  report = matrix_report()
   counts = {'effective': 0, 'refused': 0, 'SILENT': 0, 'neutral ≠': 0}
   lines = ['| method | ' + ' | '.join(PARTS) + ' |',
            '|---' * (len(PARTS) + 1) + '|']
@@ -342,13 +549,13 @@ def markdown_matrix() -> str:
         counts['refused'] += 1
         row.append('refused')
         continue
-      cell = on_report(algorithm, kind)
+      cell = report['on'][f'{algorithm}|{kind}']
       counts[cell['verdict']] += 1
       text = {'effective': 'effective ({change:.1g})',
               'refused': 'refused when built',
               'SILENT': '**SILENT** ({change:.1g})'}[cell['verdict']]
       text = text.format(**cell)
-      cell = neutral.get(f'{algorithm}|{kind}')
+      cell = report['neutral'].get(f'{algorithm}|{kind}')
       if cell and not cell.get('bit_equal'):
         counts['neutral ≠'] += 1
         text += f', **neutral ≠** ({cell.get("difference", "refused")})'
@@ -365,9 +572,13 @@ def markdown_matrix() -> str:
 
 
 if __name__ == '__main__':
-  # As the child of `neutral` (`script_utils.CHILDREN`): its report as JSON
-  # on the last line. With --markdown, the whole matrix as a table.
+  # As a child of `matrix` (--shard=i/n SCRATCH, `script_utils.CHILDREN`):
+  # its shard's report as JSON on the last line. With --markdown, the whole
+  # matrix as a table; with --record, the pins this host adds
+  # (`record_pins`).
   if sys.argv[1:] == ['--markdown']:
     print(markdown_matrix())
+  elif sys.argv[1:] == ['--record']:
+    record_pins()
   else:
-    print(json.dumps(neutral_matrix()))
+    print(json.dumps(matrix_report(shard_methods(sys.argv[1]))))

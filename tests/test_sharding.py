@@ -47,6 +47,17 @@ def test_a_cohort_that_does_not_split_evenly_is_refused(four_device_report):
       'indivisible_cohort']
 
 
+def test_the_mesh_splits_the_methods_cohort(four_device_report):
+  """`run.make_runner` sizes the mesh from the cohort the method maps over
+  (`cohort_size`), not from clients_per_round: OS and fedavg_het's full
+  participation run all 8 clients whatever clients_per_round (3) says."""
+  assert four_device_report['mesh_devices'] == {
+      'fedavg': 3, 'os': 4, 'fedavg_het full': 4,
+      'fedavg on 4': 'fedavg runs a cohort of 6 clients per round, which '
+                     'cannot be split evenly over 4 devices; use a multiple '
+                     'of 4 or set client_devices.'}
+
+
 def test_one_device_needs_no_mesh_and_too_many_devices_fail_clearly():
   assert sharding.client_mesh(0) is None
   assert sharding.client_mesh(1) is None

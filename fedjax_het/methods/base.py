@@ -221,6 +221,16 @@ class FederatedAlgorithm:
     return config
 
   @classmethod
+  def data_cells(cls, config: ml_collections.ConfigDict) -> int:
+    """How many cells `config` runs the method in (1: none), known before
+    the data are: a partition by cells (`partition='cell_shards'`) splits
+    the data along them."""
+    if cells_lib.HierarchyOptions not in cls.option_groups:
+      return 1
+    return cells_lib.with_method_defaults(
+        config, cls.cell_defaults).hierarchy.num_cells
+
+  @classmethod
   def _check_availability(cls, config: ml_collections.ConfigDict) -> None:
     """ConfigError where `config` sets client availability for a method
     whose sampler does not draw among the online clients."""

@@ -29,7 +29,6 @@ from typing import Any, Sequence
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 PyTree = Any
 # Relative slack in ⌈r·C⌉ so that e.g. r = 0.2 (a float32 √0.04) keeps 0.2·C.
@@ -207,8 +206,3 @@ def width_for_capacity(layout: PyTree, gamma: float, rule: str = 'sqrt'
       high = mid
   # Just inside the breakpoint, so a float32 copy of r keeps the same windows.
   return max(low * (1 - 1e-6), 1e-6)
-
-
-def fractions(layout: PyTree, rates: Sequence[float]) -> np.ndarray:
-  """`kept_fraction` of each rate, float64 [len(rates)]."""
-  return np.asarray([kept_fraction(layout, r) for r in rates])

@@ -51,6 +51,7 @@ import numpy as np
 
 from fedjax_het import evaluation
 from fedjax_het import models
+from fedjax_het.evaluation import capacity_key
 from fedjax_het.methods.fedavg import FedAvg
 from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
@@ -119,11 +120,6 @@ class SubmodelOptions(OptionGroup):
   scalefl_kd_start: float = option(
       0.25, 'ScaleFL: fraction of `rounds` after which distillation starts',
       check=in_range(0, 1))
-
-
-def capacity_key(gamma: float) -> str:
-  """Metric-name form of a capacity, e.g. 0.015625 -> '0.015625', 1.0 -> '1'."""
-  return f'{gamma:g}'
 
 
 def level_of_clients(num_clients: int, num_levels: int) -> np.ndarray:
