@@ -134,8 +134,9 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--list', action='store_true', help='print the commands and exit')
   parser.add_argument('--only', default='', help='run the commands containing TEXT')
   parser.add_argument('--timeout', type=float, default=1800, help='seconds per command')
-  parser.add_argument('--logs', default='', help='where logs and workdirs go (default: a '
-                      'new temporary directory)')
+  parser.add_argument('--logs', default='', help='the folder in which each invocation makes '
+                      'a new folder for its logs and workdirs (default: the temporary '
+                      'directory)')
   args = parser.parse_args(argv)
   with open(os.path.join(ROOT, 'README.md')) as f:
     commands = [c for c in readme_commands(f.read()) if args.only in c]
@@ -144,8 +145,10 @@ def main(argv: list[str]) -> int:
       print(f'{i:3d}  {command}' + (f'   [not run: {why_not_run(command)}]'
                                     if why_not_run(command) else ''))
     return 0
-  logs = args.logs or tempfile.mkdtemp(prefix='readme_commands_')
-  os.makedirs(logs, exist_ok=True)
+  if args.logs:
+    os.makedirs(args.logs, exist_ok=True)
+  # A folder of its own: two invocations never share a command's workdir.
+  logs = tempfile.mkdtemp(prefix='readme_commands_', dir=args.logs or None)
   print(f'logs: {logs}\n\n| # | command | status | s | last line |\n| --- | --- | --- | --- | --- |',
         flush=True)
   failed = 0
