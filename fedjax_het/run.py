@@ -51,6 +51,7 @@ from fedjax_het.core.stream import CohortStream
 from fedjax_het.models import text as text_models
 from fedjax_het.models import vit as vit_lib
 from fedjax_het.models import vit_pretrained
+from fedjax_het.parts import cells as cells_lib
 
 # Keys that may change when a run is resumed (they do not change the math).
 _RESUMABLE_CHANGES = ('rounds', 'progress', 'eval_every', 'eval_batch_size',
@@ -139,8 +140,8 @@ def _federated_split(config: ml_collections.ConfigDict):
                         'min_size': config.min_client_size},
       'shards': {'shards_per_client': config.shards_per_client},
       'cell_shards': {'shards_per_client': config.shards_per_client,
-                      'num_cells': methods.algorithm_class(
-                          config.algorithm).data_cells(config)},
+                      'num_cells': cells_lib.data_cells(
+                          methods.algorithm_class(config.algorithm), config)},
       'sized_dirichlet': {'alpha': config.alpha,
                           'sizes': tuple(config.client_sizes)},
   }.get(config.partition, {})

@@ -31,7 +31,7 @@ def planned_rounds(algorithm, state):
   def one(r):
     at_r = state.replace(round=r)
     plan = algorithm.plan_round(at_r)
-    return plan.client_id, plan.is_active(), algorithm.round_availability(at_r)
+    return plan.client_id, plan.is_active(), algorithm.parts.online(at_r)
 
   return jax.device_get(jax.jit(jax.vmap(one))(jnp.arange(ROUNDS)))
 
@@ -100,12 +100,12 @@ def test_the_diurnal_wave_peaks_at_each_clients_phase():
 
 def test_always_is_the_run_without_the_part():
   algorithm, _, _ = build(availability='always')
-  assert algorithm.availability is None
+  assert 'availability' not in algorithm.parts.names
 
 
 def test_availability_alone_leaves_the_links_and_work_part_off():
   algorithm, _, _ = build(availability='bernoulli', available_p=(0.5,))
-  assert algorithm.availability is not None and algorithm.heterogeneity is None
+  assert algorithm.parts.names == ('availability',)
 
 
 @pytest.mark.parametrize('systems, message', [

@@ -7,6 +7,7 @@ from fedjax_het import data as data_lib
 from fedjax_het import run
 from fedjax_het.data.partition import partition
 from fedjax_het.methods import ALGORITHMS
+from fedjax_het.parts import cells as cells_lib
 
 
 def test_cells_iid_and_clients_sharded():
@@ -40,13 +41,13 @@ def test_cells_must_divide_clients():
 def test_the_trainer_splits_the_data_along_the_methods_cells(
     algorithm, hierarchy, cells):
   """The cells of `partition='cell_shards'` are the method's
-  (`FederatedAlgorithm.data_cells`): every client holds the labels that
+  (`parts.cells.data_cells`): every client holds the labels that
   `partition` gives it with that many cells."""
   config = config_lib.base_config()
   config.update(dict(algorithm=algorithm, dataset='digits', num_clients=6,
                      clients_per_round=6, partition='cell_shards'))
   config.hierarchy.update(hierarchy)
-  assert ALGORITHMS[algorithm].data_cells(config) == cells
+  assert cells_lib.data_cells(ALGORITHMS[algorithm], config) == cells
   split = run.build_experiment(config_lib.resolve(config))[0]
   labels = data_lib.load_dataset('digits', seed=config.seed).y_train
   expected = partition(labels, 6, 'cell_shards', seed=config.seed,

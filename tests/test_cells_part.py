@@ -48,7 +48,7 @@ def test_neutral_settings_leave_fedavg_as_it_is():
   *_, flat, flat_metrics = fedavg_run()
   algorithm, _, neutral, metrics = fedavg_run(num_cells=1, edge_rounds=1,
                                               edge_channel='oma')
-  assert algorithm.cells is None and algorithm.sums_deltas_in_map
+  assert not algorithm.parts.names and algorithm.sums_in_map
   chex.assert_trees_all_equal(neutral.params, flat.params)
   np.testing.assert_array_equal(metrics['bytes_up'], flat_metrics['bytes_up'])
 
@@ -60,7 +60,8 @@ def test_two_cells_one_edge_round_is_flat_fedavg():
   multiplies back, so it is not bit-identical)."""
   *_, flat, flat_metrics = fedavg_run()
   algorithm, first, cells, metrics = fedavg_run(**TWO_CELLS)
-  assert algorithm.cells.cell_sizes == (3, 3) and algorithm.num_segments == 2
+  assert algorithm.parts.owner('local_phase').cell_sizes == (3, 3)
+  assert algorithm.segments == 2
   plans = jax.device_get(algorithm.plan_round(first))
   np.testing.assert_array_equal(plans.group, plans.client_id // 3)
   chex.assert_trees_all_close(cells.params, flat.params, rtol=1e-5,
@@ -73,7 +74,7 @@ def test_noiseless_aircomp_equals_oma_and_noise_changes_the_model():
   *_, oma, _ = fedavg_run(**TWO_CELLS)
   algorithm, _, silent, metrics = fedavg_run(
       **TWO_CELLS, edge_channel='aircomp', aircomp_noise='none', **SOLVER)
-  assert not algorithm.sums_deltas_in_map   # AirComp reads every delta
+  assert not algorithm.sums_in_map   # AirComp reads every delta
   assert algorithm.summary_facts()['aircomp_noise'] == 'none (noiseless)'
   chex.assert_trees_all_close(silent.params, oma.params, rtol=1e-4,
                               atol=1e-7)

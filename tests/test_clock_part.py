@@ -58,7 +58,7 @@ def build(config):
 
 def test_round_inputs_are_the_hand_written_schedule():
   algorithm, _, _ = build(asynchronous('fedavg'))
-  inputs = algorithm.round_inputs(0, ROUNDS)
+  inputs = algorithm.round_inputs(0, ROUNDS)['clock']
   arrives = np.zeros((ROUNDS, 3), bool)
   dispatch = np.zeros((ROUNDS, 3), np.int32)
   for q, arrivals in enumerate(ARRIVALS):
@@ -180,11 +180,11 @@ def test_a_neutral_clock_is_the_synchronous_run_bit_for_bit(name):
   differently: FedRolex's parameters differ by a few ulp after 3 rounds
   (7.5e-9, 7.9e-7 relative, in 3 of 35 entries)."""
   plain, state, data = build(clock_config(name))
-  assert plain.clock is None
+  assert 'clock' not in plain.parts.names
   plain_state, _ = RoundRunner(plain, 'map').run(state, data, 3)
   timed, state, data = build(clock_config(name, client_seconds=(2.0,),
                                           jitter=0.0))
-  assert timed.clock is not None
+  assert 'clock' in timed.parts.names
   state, metrics = RoundRunner(timed, 'map').run(state, data, 3)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=0),
                jax.device_get(state.params), jax.device_get(plain_state.params))
@@ -249,7 +249,7 @@ def test_the_systems_part_is_drawn_in_the_dispatch_round():
   @jax.jit
   def plans_and_draws(state):
     plans = algorithm.plan_round(state.replace(round=4), data, inputs)
-    draws = [algorithm.round_systems(state.replace(round=k))
+    draws = [algorithm.parts.draws(state.replace(round=k))['links_work']
              for k in (3, 2, 4)]
     return plans, draws
 

@@ -161,7 +161,7 @@ def test_one_round_expectation_is_the_specs(method, participation):
       quadratic.algorithm_config(config, method),
       quadratic.quadratic_data(config.optima))
   state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
-  rnd = algorithm.round_systems(state)
+  rnd = algorithm.systems(state)
   np.testing.assert_allclose(algorithm.expected_weights(state, rnd), weights,
                              rtol=1e-5)
   np.testing.assert_allclose(algorithm.client_lr(rnd), lr, rtol=1e-5)
@@ -249,7 +249,7 @@ def test_decayed_lr_norm_is_the_explicit_sum(lr_decay):
   a = np.array([explicit(int(s)) for s in t])
   assert not np.allclose(a, t, rtol=1e-3)
   fedacs, state, _ = toy_algorithm(config, 'fedacs')
-  rnd = fedacs.round_systems(state)
+  rnd = fedacs.systems(state)
   np.testing.assert_allclose(fedacs.work_norms(rnd), a, rtol=1e-5)
   inverse = w / ((1 - q) * a)
   np.testing.assert_allclose(fedacs.sampling_probs(rnd),
@@ -308,7 +308,7 @@ def test_zero_decay_is_the_plain_sgd_solver():
   _, _, t, _ = toy_arrays(config)
   algorithm, state, data = toy_algorithm(config, 'fedacs')
   np.testing.assert_array_equal(
-      algorithm.work_norms(algorithm.round_systems(state)), t)
+      algorithm.work_norms(algorithm.systems(state)), t)
   plain = type('PlainSgd', (type(algorithm),),
                {'client_optimizer': FederatedAlgorithm.client_optimizer})(
                    algorithm.config, None, data)
@@ -339,7 +339,7 @@ def test_equal_links_and_work_every_method_agrees_with_fedavg():
         quadratic.analytic_fixed_point(
             algorithm, algorithm.systems_metrics(state), optima),
         [np.mean(optima)], rtol=1e-6)
-    rnd = algorithm.round_systems(state)
+    rnd = algorithm.systems(state)
     step = algorithm.expected_weights(state, rnd) * algorithm.client_lr(rnd)
     expected = fedavg_step / (0.7 if method == 'fedau' else 1.0)
     np.testing.assert_allclose(step, expected, rtol=1e-5)
@@ -389,7 +389,7 @@ def test_dynamic_systems_are_drawn_in_the_round_and_fedacs_follows_them():
   for r in range(6):
     s = state.replace(round=jnp.int32(r))
     plans = plan(s, data)
-    rnd = algorithm.round_systems(s)
+    rnd = algorithm.systems(s)
     ids = np.asarray(plans.client_id)
     np.testing.assert_array_equal(plans.num_steps, np.asarray(rnd.steps)[ids])
     np.testing.assert_array_equal(plans.weight,
@@ -549,7 +549,7 @@ def test_proximal_norms_under_calibration_are_at_the_rate_used(method):
   data = quadratic.quadratic_data(config.optima)
   algorithm = quadratic.quadratic_algorithm(quadratic.algorithm_config(config, method), data)
   state = algorithm.init({'x': jnp.zeros((1,))}, jax.random.PRNGKey(0))
-  rnd = algorithm.round_systems(state)
+  rnd = algorithm.systems(state)
   eta2 = float(algorithm.client_lr(rnd))
   explicit = lambda eta: np.array([sum((1 - eta * mu)**(s - k) for k in range(1, s + 1))
                                    for s in t.astype(int)])
@@ -618,7 +618,7 @@ def test_toy_figure_configs_are_the_papers_settings():
     assert {k: config[k] for k in keys} == keys
     for method in config.methods:
       algorithm, _, _ = toy_algorithm(config, method)
-      model = algorithm.heterogeneity
+      model = algorithm.parts.parts[0].model
       lo, hi = model.failure_prob_bounds()
       np.testing.assert_allclose((model.max_steps(), lo.min(), hi.max()),
                                  systems[setting])

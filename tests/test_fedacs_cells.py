@@ -44,7 +44,7 @@ def test_neutral_settings_leave_fedacs_as_it_is():
   *_, flat, flat_metrics = family_run()
   algorithm, _, neutral, metrics = family_run(num_cells=1, edge_rounds=1,
                                               edge_channel='oma')
-  assert algorithm.cells is None and not algorithm.sums_deltas_in_map
+  assert 'cells' not in algorithm.parts.names and not algorithm.sums_in_map
   chex.assert_trees_all_equal(neutral.params, flat.params)
   for key, value in flat_metrics.items():
     np.testing.assert_array_equal(metrics[key], value)
@@ -57,7 +57,8 @@ def test_two_cells_one_edge_round_is_flat_rule_3(name):
   uploads fail, so a weighted mean per cell would not be rule (3)."""
   *_, flat, flat_metrics = family_run(name)
   algorithm, first, cells, metrics = family_run(name, num_cells=2)
-  assert algorithm.cells.edge_rule == 'draws' and algorithm.num_segments == 2
+  assert algorithm.parts.owner('combine').edge_rule == 'draws'
+  assert algorithm.segments == 2
   assert np.any(flat_metrics['uploads'] < algorithm.num_draws)
   plans = jax.device_get(algorithm.plan_round(first))
   np.testing.assert_array_equal(plans.group, plans.client_id // 3)

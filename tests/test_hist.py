@@ -93,7 +93,7 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
     plans = jax.device_get(stacked_masks(plan_round(
         state.replace(round=jnp.int32(r)), data)))
     cells = []
-    for j in range(algorithm.num_segments):
+    for j in range(algorithm.segments):
       members = np.flatnonzero(plans.group == j)
       mask = None if plans.mask is None else jax.tree.map(
           lambda m, i=members[0]: m[i].astype(np.float32), plans.mask)
@@ -164,12 +164,12 @@ def test_noiseless_aircomp_equals_oma_and_noise_perturbs_the_model():
   # OMA divides the cells' sums (summed in the client map); AirComp reads
   # the stacked deltas.
   sums = aggregation.segment_sums(deltas, plans.weight, plans.group,
-                                  oma.num_segments, plans.mask,
+                                  oma.segments, plans.mask,
                                   values_masked=True)
-  exact, no_stats = jax.jit(oma.cells.edge_aggregate)(
+  exact, no_stats = jax.jit(oma.parts.owner('local_phase').edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(None, None, None, delta_sums=sums),
       plans)
-  over_the_air, stats = jax.jit(silent.cells.edge_aggregate)(
+  over_the_air, stats = jax.jit(silent.parts.owner('local_phase').edge_aggregate)(
       jax.random.PRNGKey(1), ClientOutput(deltas, None, None), plans)
   assert not no_stats
   chex.assert_trees_all_close(over_the_air, exact, rtol=1e-4, atol=1e-8)

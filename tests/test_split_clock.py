@@ -56,10 +56,10 @@ def test_a_neutral_clock_is_the_synchronous_run_bit_for_bit(algorithm):
   (K = N; the mean train loss to an ulp: its per-client losses come from
   another fusion of the same program)."""
   plain, state, data = build(config=synchronous(algorithm))
-  assert plain.clock is None
+  assert 'clock' not in plain.parts.names
   expected, expected_metrics = RoundRunner(plain, 'vmap').run(state, data, 3)
   timed, state, data = build(config=on_clock(algorithm, asynchronous=False))
-  assert timed.clock is not None
+  assert 'clock' in timed.parts.names
   got, metrics = RoundRunner(timed, 'vmap').run(state, data, 3)
   chex.assert_trees_all_equal(got.params, expected.params)
   for name, values in expected_metrics.items():
@@ -217,6 +217,6 @@ def test_epoch_rounds_charge_each_client_its_batches():
   config.split.round_steps = 'epoch'
   config.clock.jitter = 0.0
   method, _, _ = build(config=config)
-  inputs = method.round_inputs(0, 1)
+  inputs = method.round_inputs(0, 1)['clock']
   np.testing.assert_array_equal(inputs['busy_seconds'][0], [5, 4, 5])
   np.testing.assert_array_equal(inputs['window_seconds'][0], [5, 5, 5])

@@ -10,7 +10,9 @@ import pytest
 from engine_utils import tiny_config, tiny_data
 from fedjax_het import models
 from fedjax_het.methods import ALGORITHMS
+from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.core.state import round_key
 from fedjax_het.options import ConfigError
 
 CAPACITIES = {'fedavg': (1.0,), 'fiarse': (0.25, 1.0), 'heterofl': (0.25, 1.0)}
@@ -88,15 +90,34 @@ def test_the_neutral_setting_is_the_run_without_the_part():
   """q = 0 and every client local_steps, set explicitly (the part on), give
   the parameters of the run without it, bit for bit."""
   on, state, data = build('fiarse', q=(0.0,) * 6, local_work=(3,) * 6)
-  assert on.heterogeneity is not None
+  assert on.parts.names == ('links_work',)
   on_state, _ = RoundRunner(on, 'vmap').run(state, data, 2)
   off, state, _ = build('fiarse')
-  assert off.heterogeneity is None
+  assert not off.parts.names
   off_state, _ = RoundRunner(off, 'vmap').run(state, data, 2)
   chex.assert_trees_all_equal(on_state.params, off_state.params)
 
 
-def test_markov_links_are_refused_where_no_link_state_is_kept():
-  with pytest.raises(ConfigError, match="systems.model='markov' keeps each "
-                                        "client's link state"):
-    build('heterofl', model='markov')
+def test_markov_links_carry_their_state_under_a_method_that_keeps_none():
+  """Gilbert links under FedAvg: the part keeps the link states, so each
+  round's outcomes are the chain's transition from the previous round's
+  (all on before round 0), the slots whose link is off upload nothing, and
+  a link goes both off and on again within the run."""
+  algorithm, state, data = build('fedavg', model='markov',
+                                 markov_fail=(0.5,), markov_recover=(0.4,))
+  model = algorithm.parts.parts[0].model
+  runner = RoundRunner(algorithm, 'vmap')
+  links, history = np.ones(6, np.int32), []
+  for _ in range(4):
+    expected = model.draw(round_key(state, Stream.SYSTEMS), state.round,
+                          jnp.asarray(links)).link_up
+    state, metrics = runner.run(state, data, 1)
+    np.testing.assert_array_equal(state.extras['links'], expected)
+    per_client = metrics['bytes_down'][0] / 6   # every client, same model
+    np.testing.assert_allclose(metrics['bytes_up'][0],
+                               per_client * np.sum(expected), rtol=1e-6)
+    links = np.asarray(expected, np.int32)
+    history.append(links)
+  history = np.stack(history)
+  assert np.any(np.diff(history, axis=0) < 0)   # on → off
+  assert np.any(np.diff(history, axis=0) > 0)   # off → on

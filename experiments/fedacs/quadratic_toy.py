@@ -108,7 +108,7 @@ class QuadraticObjective:
   def systems_metrics(self, state) -> dict:
     """What X̃* needs of a round: the E[update] weights e [M], the local
     steps [M] and the clients' lr (a scalar)."""
-    rnd = self.round_systems(state)
+    rnd = self.systems(state)
     return {'expected_weights': self.expected_weights(state, rnd),
             'steps': rnd.steps, 'lr': self.client_lr(rnd)}
 

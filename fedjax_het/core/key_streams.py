@@ -32,9 +32,9 @@ The named streams:
 | name | int | parent | then | draws |
 | --- | --- | --- | --- | --- |
 | PRUNEFL_INIT | 2^30 + 1 | seed | — | PruneFL's initial pruning on client 0 (its plan key) |
-| SYSTEMS | 0x5e5 | round | split 3 | the systems part: q, T, link outcomes (`base.round_systems`) |
+| SYSTEMS | 0x5e5 | round | split 3 | the systems part: q, T, link outcomes (`parts.links_work.LinksWork.draws`) |
 | SELECTION | 0x5e1 | round | — | systems-aware selection draws (`reweighted`) |
-| AVAILABILITY | 2^30 + 8 | round | — | who is online (`systems.availability`, `base.round_availability`) |
+| AVAILABILITY | 2^30 + 8 | round | — | who is online (`systems.availability`, `parts.availability.OnlineClients.online`) |
 | HIST_SYSTEM | 1_000_003 | round | split 2 | HIST's CPU frequencies, OMA channels |
 | HIST_PARTITION | 1_000_033 | round | layer group | HIST's disjoint neuron partitions |
 | HIST_AIRCOMP | 1_000_037 | round | edge round, split 2, leaf | HIST's AirComp channels and receiver noise |

@@ -27,62 +27,29 @@ A method subclasses `FederatedAlgorithm` and overrides only what it changes:
   masked weighted mean of the deltas as the server optimiser's
   pseudo-gradient; the clients' returned state rows written back).
 
-The systems part (`config.systems`, `fedjax_het.parts.links_work`): a
-method that lists `SystemsOptions` in its `option_groups` runs under lossy
-uplinks and unequal local work. Each round draws q_m, T_m and the link
-outcomes Z_m of all clients from the round key's `SYSTEMS` stream
-(`round_systems`, `core.key_streams`); the default plans give client m T_m
-local steps (the program freezes it after them) and weight w_m·Z_m, so a
-dropped update adds nothing to any segment sum, numerator or denominator,
-and its upload is not counted in `bytes_up`. With the section at its defaults (q = 0, every client
-`local_steps`) the part is off and the round is the same program as without
-it. The Markov model's link states are per-client state that only the
-FedACS family keeps; another method refuses it in one line.
-
-The availability part (`systems.availability`, `fedjax_het.parts.availability`):
-each round draws who is online from the round key's `AVAILABILITY` stream
-(`round_availability`); the default sampler draws the cohort among the online
-clients, and a slot whose client is offline (fewer than K online) is idle:
-no steps, weight 0, nothing exchanged. A method with a sampler of its own
-(`samples_available_clients = False`, the FedACS family) refuses it in one
-line. With `availability='always'` the part is off.
-
-The clock part (`config.clock`, `fedjax_het.parts.clock`): a method that
-lists `ClockOptions` in its `option_groups` (FedAvg, HeteroFL, FedRolex,
-FjORD, ScaleFL, the FIARSE family; CSE-FSL, FSL_AN and FSL_MC, whose reading
-`methods/split/split_learning.py` gives) runs on Co-S²P's semi-asynchronous
-virtual clock when the section is not at its defaults. Our reading of FedAvg
-on the clock (Co-S²P's Alg. 1): every idle client is dispatched at a round's
-start with the global model w_q (so clients_per_round must be N); the
-clients whose updates arrive in round q form its cohort; a client trains
-from the global model of its dispatch round k_n (row n of the start table
-`extras['start']`), planned by `plan_clients` as in that round (its key,
-FedRolex's window, FIARSE's thresholds of w_{k_n}, the systems part's draws
-of round k_n), and its delta is averaged as in a synchronous round, weighed
-by its staleness τ = q − k_n (`clock.staleness_weight`,
-`parts.clock.weigh_arrival`; in the client map, or by `weigh_arrivals`
-before `aggregate` for a method that reads the stacked deltas). The plans
-hold all N clients, in the order `cohort_ids` draws them (a permutation),
-active where an update arrives; the clock's inputs of the slots ride in
-`plan.extras['clock']`. With μ = 1, T_clk = 0 and no staleness weight every
-round is FedAvg's with K = N, the same program bit for bit. The round
-metrics add the virtual seconds, busy seconds, arrivals and staleness,
-`summary_facts` the virtual time and RU. The ViT methods
-(`methods/cos2p`) list `ClockOptions` too and read the same keys, but are
-always on the clock and build their schedule themselves with the analytic
-ViT cost model: `VitOnClock` overrides `_clock_part` to return None, so
-this generic part is not built for them.
-
-The cells part (`config.hierarchy`, `fedjax_het.parts.cells`): a method
-that lists `HierarchyOptions` (FedAvg, the submodel methods, HIST and
-HFedAvg, the FedACS family except FedVarp, FedAU and OS) runs in cells when
-the section asks for them (`cells.is_on`; HIST and HFedAvg always,
-`always_in_cells`): `self.cells` groups the planned cohort by cell
-(`plan_round`), runs the E edge rounds with the method's `edge_rule`
-(`local_phase`), combines the cells at the cloud (`combine_segments`) and
-charges E exchanges (`round_metrics`). With one cell, one edge round and OMA
-`self.cells` is None and the round is the same program as without it. The
-virtual clock and client availability are refused in cells.
+Parts (`fedjax_het.core.parts`): a method lists the system parts it runs
+under in `part_types`; `compose` builds those its config turns on, and the
+methods here call the composed `self.parts` at fixed points of the round
+(plans, start models, the local phase, each arrival's weight, the cloud, the
+state after the server step, the accounting), never a part by name:
+- links and work (`parts.links_work.LinksWork`, `config.systems`): each
+  client's T_m local steps and weight w_m·Z_m (a dropped update adds nothing
+  to any segment sum and is not counted in `bytes_up`);
+- availability (`parts.availability.OnlineClients`): the sampler draws among
+  the online clients, and a slot whose client is offline is idle;
+- the virtual clock (`parts.clock.OnClock`, `config.clock`): Co-S²P's Alg. 1
+  for any method. Our reading of FedAvg on the clock: every idle client is
+  dispatched at a round's start with the global model w_q (so
+  clients_per_round must be N); the clients whose updates arrive in round q
+  form its cohort; a client trains from the global model of its dispatch
+  round k_n, planned by `plan_clients` as in that round, and its delta is
+  averaged as in a synchronous round, weighed by its staleness τ = q − k_n.
+  With μ = 1, T_clk = 0 and no staleness weight every round is FedAvg's with
+  K = N, the same program bit for bit;
+- cells (`parts.cells.Cells`, `config.hierarchy`): HIST's E edge rounds per
+  global round and the cloud's Eq. (7); the cells are the aggregation
+  segments.
+A part at its defaults is off: the round is the same program as without it.
 
 The round compiler (`fedjax_het.core.rounds`) calls `plan_round`,
 `local_phase` and `finish_round`; all are pure and jit-able. The federated
@@ -106,12 +73,21 @@ from fedjax_het.core.backends import Clients
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
-from fedjax_het.options import ConfigError, changed_key
-from fedjax_het.parts import clock as clock_part
+from fedjax_het.core import parts as parts_lib
 from fedjax_het.parts import availability, links_work
 from fedjax_het.parts import cells as cells_lib
+from fedjax_het.parts import clock as clock_part
 
 PyTree = Any
+
+# The parts a method runs under, by the config section it reads them from,
+# in the order they act on a round (`FederatedAlgorithm.part_types`).
+PARTS_OF_SECTION = (
+    (links_work.SystemsOptions, links_work.LinksWork),
+    (links_work.SystemsOptions, availability.OnlineClients),
+    (clock_part.ClockOptions, clock_part.OnClock),
+    (cells_lib.HierarchyOptions, cells_lib.Cells),
+)
 
 
 def payload_bytes(params: PyTree) -> jax.Array:
@@ -160,7 +136,7 @@ class FederatedAlgorithm:
   name = 'base'
   # Whether the method trains submodels of the capacities in config.capacities.
   supports_capacities = False
-  # Aggregation segments (capacity groups, cells); `plan.group` is a client's.
+  # The method's own aggregation segments (a part may make others: cells).
   num_segments = 1
   # Whether the loss and evaluation read a multi-exit model's stacked logits.
   reads_exits = False
@@ -181,67 +157,45 @@ class FederatedAlgorithm:
   # deltas are never stacked, the round's largest memory traffic. A method
   # that reads `outputs.delta` itself keeps False.
   sums_deltas_in_map = False
-  # Systems part (module docstring): whether the method draws the systems
-  # every round even with `config.systems` at its defaults (the FedACS
-  # family's sampling and calibration read q and T), and whether it keeps
-  # the Markov model's per-client link states.
-  always_draws_systems = False
-  keeps_link_states = False
-  # Availability part (module docstring): whether `sample_clients` draws
-  # among the clients online in the round.
+  # What the method declares to the parts (`core.parts`; each part reads
+  # what it needs): whether its own rule reads the links-and-work draws (the
+  # FedACS family's sampling and calibration read q and T, so the part is on
+  # at its defaults too) and divides by the success probability 1 − q;
+  # whether `sample_clients` draws among the clients online in the round;
+  # whether it is defined in cells, how its edge servers combine their
+  # clients' deltas (`parts.cells.EDGE_RULES`) and its own N and E
+  # (`hierarchy.num_cells` / `edge_rounds` left at 0); the parts of the model
+  # it averages (None: all of it; a stale arrival is weighed on those).
+  reads_draws = False
+  divides_by_success = False
   samples_available_clients = True
-  # Cells part (module docstring): whether the method runs in cells whatever
-  # `config.hierarchy` says, and how its edge servers combine their clients'
-  # deltas (`parts.cells.EDGE_RULES`).
   always_in_cells = False
   edge_rule = 'mean'
-  # `hierarchy.num_cells` / `edge_rounds` when left at 0 (the method's own).
   cell_defaults = cells_lib.FLAT
+  averaged_parts = None
   # Its server rule, in a few words, where `aggregate` takes no step of the
   # server optimiser (`server_step`); such a method refuses the server keys
   # (`optim.refuse_server_keys`). None: the server optimiser's step.
   own_server_rule = None
 
   @classmethod
+  def part_types(cls) -> tuple[type, ...]:
+    """The parts the method runs under, in the order they act (the parts of
+    the config sections it reads)."""
+    return tuple(part for group, part in PARTS_OF_SECTION
+                 if group in cls.option_groups)
+
+  @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
                   ) -> ml_collections.ConfigDict:
     """`config` with the options the method fixes written in, i.e. what it
     trains with; raises ConfigError where `config` sets one of them to
-    another value. Default: the method fixes none (`config` itself); a
-    method whose sampler is its own refuses client availability, and a
-    method on the generic clock part equal client times at μ < 1."""
-    cls._check_availability(config)
-    if clock_part.ClockOptions in cls.option_groups:
-      clock_part.refuse_equal_times(
-          clock_part.ClockOptions.from_config(config), default_equal=True)
-    if cells_lib.HierarchyOptions in cls.option_groups:
-      config = cells_lib.with_method_defaults(config, cls.cell_defaults)
-      cells_lib.refuse_unread_keys(config, cls.name, 'hist, hfedavg',
-                                   cls.edge_rule, cls.cell_defaults)
+    another value. Default: the method fixes none; each of its parts checks
+    the config against the method (`check`) and writes in the method's own
+    defaults of its section."""
+    for part_type in cls.part_types():
+      config = part_type.check(cls, config)
     return config
-
-  @classmethod
-  def data_cells(cls, config: ml_collections.ConfigDict) -> int:
-    """How many cells `config` runs the method in (1: none), known before
-    the data are: a partition by cells (`partition='cell_shards'`) splits
-    the data along them."""
-    if cells_lib.HierarchyOptions not in cls.option_groups:
-      return 1
-    return cells_lib.with_method_defaults(
-        config, cls.cell_defaults).hierarchy.num_cells
-
-  @classmethod
-  def _check_availability(cls, config: ml_collections.ConfigDict) -> None:
-    """ConfigError where `config` sets client availability for a method
-    whose sampler does not draw among the online clients."""
-    if (links_work.SystemsOptions in cls.option_groups and
-        not cls.samples_available_clients and
-        config.systems.availability != 'always'):
-      raise ConfigError(
-          f'systems.availability = {config.systems.availability!r} is set, but '
-          f'{cls.name} samples among all clients by its own rule; leave it '
-          "'always' or choose fedavg or a submodel method, whose sampler "
-          'draws among the online clients.')
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     if not self.supports_capacities and any(
@@ -265,132 +219,21 @@ class FederatedAlgorithm:
     self.cohort_size = int(config.clients_per_round)
     # Static facts of the data the client programs read (batch sampling).
     self.min_client_count = int(jnp.min(self.client_counts))
-    self.heterogeneity = self._systems_part(config, data)
-    self.availability = self._availability_part(config)
-    self.clock = self._clock_part(config)
-    self.cells = self._cells_part(config, data)
-
-  def _systems_part(self, config: ml_collections.ConfigDict,
-                    data) -> links_work.Heterogeneity | None:
-    """The systems model the method runs under, or None: the method does not
-    read `config.systems`, or the section is at its defaults (no failures,
-    equal work) and a method without its own use of it runs as without it."""
-    if links_work.SystemsOptions not in self.option_groups:
-      return None
-    links_and_work = {key: default for key, default in
-                      links_work.SystemsOptions.defaults().items()
-                      if key not in availability.KEYS}
-    if not self.always_draws_systems and changed_key(
-        config.systems, links_and_work) is None:
-      return None
-    try:
-      model = links_work.Heterogeneity.from_config(
-          config.systems, client_counts=np.asarray(data.counts),
-          batch_size=config.batch_size, default_work=config.local_steps,
-          seed=config.seed)
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
-    if model.model == 'markov' and not self.keeps_link_states:
-      raise ConfigError(
-          f"systems.model='markov' keeps each client's link state between "
-          f'rounds, which {self.name} does not carry; the FedACS family '
-          "does (fedacs, fedavg_het, ...), or use systems.model='static', "
-          "'dynamic' or 'trace'.")
-    return model
-
-  def _availability_part(self, config: ml_collections.ConfigDict
-                         ) -> availability.Availability | None:
-    """Who is online each round, or None: the method does not read
-    `config.systems`, or `availability` is 'always'."""
-    if links_work.SystemsOptions not in self.option_groups:
-      return None
-    self._check_availability(config)
-    try:
-      return availability.Availability.from_section(
-          links_work.SystemsOptions.from_config(config), self.num_clients,
-          config.seed)
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
-
-  def _clock_part(self, config: ml_collections.ConfigDict
-                  ) -> clock_part.VirtualClock | None:
-    """The virtual clock the method runs under, or None: the method does not
-    read `config.clock`, or the section is at its defaults (a method that
-    builds its own schedule, the ViT engine, overrides this hook)."""
-    if clock_part.ClockOptions not in self.option_groups or changed_key(
-        config.clock, clock_part.ClockOptions.defaults()) is None:
-      return None
-    if self.availability is not None:
-      raise ConfigError(
-          f'systems.availability = {config.systems.availability!r} and the '
-          'virtual clock (clock.*) are both set, but the clock dispatches every '
-          "idle client at a round's start (Alg. 1), so availability is not "
-          'modelled on it; set one of them.')
-    options = clock_part.ClockOptions.from_config(config)
-    clock_part.refuse_equal_times(options, default_equal=True)
-    if (self.cohort_size != self.num_clients or
-        config.client_sampling != 'uniform'):
-      raise ConfigError(
-          f'on the virtual clock every idle client is dispatched (Alg. 1), so '
-          f'{self.name} needs clients_per_round = num_clients '
-          f'({self.num_clients}) and uniform client_sampling, got '
-          f'{self.cohort_size} and {config.client_sampling}.')
-    return clock_part.VirtualClock(
-        options, num_clients=self.num_clients, rounds=config.rounds,
-        local_steps=self.clock_default_steps(), seed=config.seed)
+    self.parts = parts_lib.compose(self, self.part_types(), config, data)
+    # Aggregation segments, `plan.group` in [0, segments).
+    self.segments = self.parts.segments(self.num_segments)
+    self.sums_in_map = self.parts.sums_in_map(self.sums_deltas_in_map)
 
   def clock_default_steps(self) -> int | tuple:
     """The local steps of a client round, for the clock's default round
     times (one second per step): `local_steps`, every client alike."""
     return int(self.config.local_steps)
 
-  def _cells_part(self, config: ml_collections.ConfigDict,
-                  data) -> cells_lib.Cells | None:
-    """The cells the method runs in, or None: the method does not read
-    `config.hierarchy`, or the section asks for none. In cells the cells are
-    the aggregation segments, and OMA's edge sums are added up in the map."""
-    if cells_lib.HierarchyOptions not in self.option_groups:
-      return None
-    config = cells_lib.with_method_defaults(config, self.cell_defaults)
-    if not (self.always_in_cells or cells_lib.is_on(config.hierarchy)):
-      return None
-    if self.clock is not None or self.availability is not None:
-      raise ConfigError(
-          f'{self.name} in cells (hierarchy.*) runs every sampled client of '
-          'a cell through its E edge rounds; the virtual clock (clock.*) and '
-          'client availability (systems.availability) are not modelled '
-          'in cells: set one of them.')
-    cells = cells_lib.Cells.from_config(
-        config, models.parameter_shapes(self.model, data.feature_shape),
-        self.edge_rule)
-    self.num_segments = cells.num_cells
-    self.sums_deltas_in_map = cells.sums_deltas_in_map
-    return cells
-
   # ---- configuration hooks -------------------------------------------------
   def max_local_steps(self) -> int:
-    """Static length of the local-training scan: `local_steps`, or the most
-    steps the systems part can give a client."""
-    if self.heterogeneity is not None:
-      return self.heterogeneity.max_steps()
-    return int(self.config.local_steps)
-
-  def round_systems(self, state: ServerState) -> links_work.SystemsRound:
-    """q, T, steps and link outcomes of all clients in round `state.round`.
-
-    A pure function of the state (key, round, Markov link states), so the
-    plan and aggregation phases of a round see the same draws.
-    """
-    links = (state.clients['links'] if self.heterogeneity.model == 'markov'
-             else None)
-    return self.heterogeneity.draw(round_key(state, Stream.SYSTEMS),
-                                   state.round, links)
-
-  def round_availability(self, state: ServerState) -> jax.Array:
-    """bool [M]: the clients online in round `state.round` (a pure function
-    of the state's key and round, so streaming can draw cohorts ahead)."""
-    return self.availability.draw(round_key(state, Stream.AVAILABILITY),
-                                  state.round)
+    """Static length of the local-training loop: `local_steps`, or the most
+    steps a part can give a client."""
+    return self.parts.max_steps(int(self.config.local_steps))
 
   def server_optimizer(self) -> optax.GradientTransformation:
     """The `server_optimizer` of the config on the pseudo-gradient: SGD
@@ -443,12 +286,9 @@ class FederatedAlgorithm:
     return jax.jit(self.initial_state)
 
   def initial_state(self, params: PyTree, key: jax.Array) -> ServerState:
-    """The round-0 server state from the initial `params` (traced: pure jax);
-    on the clock, `extras['start']` is the start table (every row w_0)."""
-    extras = self.init_extras(params)
-    if self.clock is not None:
-      extras = {**(extras or {}),
-                'start': clock_part.start_table(params, self.num_clients)}
+    """The round-0 server state from the initial `params` (traced: pure jax),
+    the parts' state in `extras` (e.g. the clock's start table)."""
+    extras = self.parts.init_extras(params, self.init_extras(params))
     return ServerState(
         params=params,
         opt_state=self.server_optimizer().init(params),
@@ -459,8 +299,7 @@ class FederatedAlgorithm:
 
   # ---- round phase 1: plans ------------------------------------------------
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
-    online = (None if self.availability is None
-              else self.round_availability(state))
+    online = self.parts.online(state)
     if self.config.client_sampling == 'proportional':
       counts = self.client_counts
       if online is not None:  # nobody online: all-zero probabilities, whose
@@ -482,12 +321,12 @@ class FederatedAlgorithm:
                 **fields) -> ClientPlan:
     """The plans [K] of `client_ids`, each client placed in its group before
     any method reads the plans: its cell as segment and start-model row in
-    cells (`parts.cells.Cells.assign`), else group 0. Every `plan_clients`
+    cells (`parts.cells.Cells.place`), else group 0. Every `plan_clients`
     builds its plans here, so none can read an unassigned group (HIST sizes
     its partitions from the cells' costs)."""
-    plans = ClientPlan(client_id=client_ids, key=keys,
-                       group=jnp.zeros(client_ids.shape, jnp.int32), **fields)
-    return plans if self.cells is None else self.cells.assign(plans)
+    return self.parts.place(ClientPlan(
+        client_id=client_ids, key=keys,
+        group=jnp.zeros(client_ids.shape, jnp.int32), **fields))
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
@@ -497,14 +336,7 @@ class FederatedAlgorithm:
         num_steps=jnp.full((k,), self.config.local_steps, jnp.int32),
         lr=jnp.full((k,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(client_ids))
-    if self.availability is not None:
-      plan = plan.replace(active=self.round_availability(state)[client_ids])
-    if self.heterogeneity is None:
-      return plan
-    rnd = self.round_systems(state)
-    return plan.replace(
-        num_steps=rnd.steps[client_ids],
-        weight=plan.weight * rnd.link_up[client_ids].astype(jnp.float32))
+    return self.parts.adjust(state, plan)
 
   def cohort_ids(self, state: ServerState) -> jax.Array:
     """The round's cohort, int32 [K]: `sample_clients` on the first half of
@@ -522,14 +354,15 @@ class FederatedAlgorithm:
     """Samples the cohort (`cohort_ids`) and plans every client. Keys:
     round ⊕ client id.
 
-    `inputs` is the round's row of `RoundRunner.run`'s round inputs (unused
-    by default; plans depend on static client facts only); on the clock,
-    `clock_plans`. In cells each client's cell is its segment and start
-    model, set by `new_plans` before the method plans anything else.
+    `inputs` is the round's row of `RoundRunner.run`'s round inputs (the
+    parts', by part name); a part that takes the plans over (the clock)
+    plans the round instead. In cells each client's cell is its segment and
+    start model, set by `new_plans` before the method plans anything else.
     """
     del data
-    if self.clock is not None:
-      return self.clock_plans(state, inputs)
+    planner = self.parts.owner('plan_round')
+    if planner is not None:
+      return planner.plan_round(self, state, inputs)
     _, clients_key = jax.random.split(round_key(state))
     client_ids = self.cohort_ids(state)
     per_client = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
@@ -538,39 +371,11 @@ class FederatedAlgorithm:
                                         occurrence_index(client_ids))
     return self.plan_clients(state, client_ids, keys)
 
-  def clock_plans(self, state: ServerState, inputs: dict) -> ClientPlan:
-    """Plans of a round on the clock (module docstring): slot j is client
-    `cohort_ids(state)[j]`, planned by `plan_clients` as in its dispatch
-    round k (the state's round k and params w_k, its start-table row; the
-    key of round k, `parts.clock.dispatch_key`), its mask gathered from the
-    table (masks [N, ...]: slots differ in round), active when its update
-    arrives; `inputs` is the round's row of the clock's inputs (leaves [N],
-    by client)."""
-    ids = self.cohort_ids(state)
-    row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs)
-    keys = jax.vmap(clock_part.dispatch_key, in_axes=(None, 0, 0))(
-        state.key, row['dispatch_round'], ids)
-
-    def plan_at_dispatch(dispatch_round, client, key):
-      start = jax.tree.map(lambda t: t[client], state.extras['start'])
-      plan = self.plan_clients(
-          state.replace(round=dispatch_round, params=start), client[None],
-          key[None])
-      plan = plan.replace(mask=plan.client_masks(), mask_table=None,
-                          mask_row=None)
-      return jax.tree.map(lambda x: x[0], plan)
-
-    plans = jax.vmap(plan_at_dispatch)(row['dispatch_round'], ids, keys)
-    return plans.replace(active=row['arrives'], start_model=ids,
-                         extras={**(plans.extras or {}), 'clock': row})
-
   def round_inputs(self, first: int, count: int) -> PyTree:
     """Host-made inputs of rounds [first, first + count) (leaves [count, ...]),
-    the `inputs` of `plan_round`; None (default): plans need none; on the
-    clock, its schedule's (`parts.clock.schedule_inputs`)."""
-    if self.clock is None:
-      return None
-    return self.clock.round_inputs(first, count)
+    the `inputs` of `plan_round`: the parts' (e.g. the clock's schedule), or
+    None."""
+    return self.parts.round_inputs(first, count)
 
   def prepare_rounds(self, state: ServerState, first: int,
                      count: int) -> tuple[ServerState, PyTree]:
@@ -595,18 +400,18 @@ class FederatedAlgorithm:
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
     """A table of start models (leaves [T, ...]) that `plan.start_model`
-    indexes, or None: every client starts from the global params. On the
-    clock: the start table (row n = w_{k_n})."""
+    indexes, or None: every client starts from the global params. A part's
+    (the clock's start table, row n = w_{k_n})."""
     del plans
-    return None if self.clock is None else state.extras['start']
+    return self.parts.start_models(state)
 
   def local_phase(self, state: ServerState, plans: ClientPlan, data,
                   clients: Clients) -> ClientOutput:
-    """Every planned client runs the program once (one `clients.map`); in
-    cells, E edge rounds of it (`parts.cells.Cells.local_phase`)."""
-    if self.cells is not None:
-      return self.cells.local_phase(self.run_clients, state, plans, data,
-                                    clients)
+    """Every planned client runs the program once (one `clients.map`), or a
+    part takes the phase over (cells: E edge rounds of it)."""
+    runner = self.parts.owner('local_phase')
+    if runner is not None:
+      return runner.local_phase(self.run_clients, state, plans, data, clients)
     return self.run_clients(
         clients, plans, data, params=state.params,
         table=self.start_models(state, plans),
@@ -629,7 +434,7 @@ class FederatedAlgorithm:
     # A mask table goes to every client whole; each takes its row in the map.
     shared = (params, table, data, plans.mask_table)
     per_client = (plans.replace(mask_table=None), client_states)
-    if not self.sums_deltas_in_map:
+    if not self.sums_in_map:
       return clients.map(self.run_client, shared, per_client)
     outputs, sums = clients.map_sum(self._run_client_summed, shared,
                                     per_client)
@@ -641,42 +446,26 @@ class FederatedAlgorithm:
     plan = per_client[0].with_row_mask(mask_table)
     output = self.run_client((params, table, data, None),
                              (plan, per_client[1]))
-    delta, weight = output.delta, plan.active_weight()
-    if self.clock is not None:
-      delta, weight = self.clock_weighed(plan, delta, table, params)
+    delta, weight = self.parts.weigh(self, plan, output.delta,
+                                     plan.active_weight(), table, params)
     one = lambda x: jnp.expand_dims(x, 0)  # a cohort of one
     sums = aggregation.segment_sums(
         jax.tree.map(one, delta), one(weight),
-        one(plan.group), self.num_segments,
+        one(plan.group), self.segments,
         jax.tree.map(one, self.coverage_masks(plan.mask, delta)),
         values_masked=True)
     return output.replace(delta=None), sums
 
-  def clock_weighed(self, plan: ClientPlan, delta: PyTree, table: PyTree,
-                    params: PyTree) -> tuple[PyTree, jax.Array]:
-    """(delta, weight) of one slot's update in the round's mean on the clock:
-    `weigh_arrival` with its staleness τ and start model w_{k_n} (its row of
-    the start table `table`, leaves [N, ...]); `params` is w_q."""
-    start = jax.tree.map(lambda t: t[plan.start_model], table)
-    return self.weigh_arrival(plan.extras['clock']['staleness'], delta,
-                              plan.active_weight(), start, params)
-
-  def weigh_arrival(self, staleness: jax.Array, delta: PyTree,
-                    weight: jax.Array, start: PyTree,
-                    params: PyTree) -> tuple[PyTree, jax.Array]:
-    """`parts.clock.weigh_arrival` on the whole model (a method that
-    averages only some parts of it weighs those)."""
-    return clock_part.weigh_arrival(self.clock.options, staleness, delta,
-                                    weight, start, params)
-
   def weigh_arrivals(self, state: ServerState, plans: ClientPlan,
                      outputs: ClientOutput) -> tuple[ClientPlan, ClientOutput]:
-    """On the clock, (plans, outputs) with every slot's weight and delta
-    [K, ...] as `clock_weighed` gives them, for a method that reads the
-    stacked deltas (`sums_deltas_in_map` False; one that sums them in the
-    map weighs there)."""
-    delta, weight = jax.vmap(self.clock_weighed, in_axes=(0, 0, None, None))(
-        plans, outputs.delta, state.extras['start'], state.params)
+    """(plans, outputs) with every slot's weight and delta [K, ...] as the
+    parts weigh them (the clock: by staleness), for a method that reads the
+    stacked deltas (one that sums them in the map weighs there)."""
+    table = self.start_models(state, plans)
+    delta, weight = jax.vmap(
+        lambda plan, d: self.parts.weigh(self, plan, d, plan.active_weight(),
+                                         table, state.params))(plans,
+                                                               outputs.delta)
     return plans.replace(weight=weight), outputs.replace(delta=delta)
 
   def run_client(self, shared, per_client) -> ClientOutput:
@@ -718,11 +507,12 @@ class FederatedAlgorithm:
   def combine_segments(self, means: PyTree, coverage: PyTree) -> PyTree:
     """The global pseudo-gradient from per-segment means ([S, ...] leaves).
 
-    Default: one global segment; in cells, the cloud combining the cells'
-    edge models (`parts.cells.Cells.cloud`, HIST's Eq. (7)).
+    Default: one global segment, or a part's combination (cells: the cloud
+    over the cells' edge models, HIST's Eq. (7)).
     """
-    if self.cells is not None:
-      return self.cells.cloud(means, coverage)
+    combiner = self.parts.owner('combine')
+    if combiner is not None:
+      return combiner.combine(means, coverage)
     return jax.tree.map(lambda m: m[0], means)
 
   def server_step(self, state: ServerState,
@@ -748,7 +538,7 @@ class FederatedAlgorithm:
     """The server state after the round (the round counter is not advanced).
 
     The masked, weighted segment mean of the deltas (`plans.group` in
-    [0, num_segments); idle slots weigh 0) is combined into a pseudo-gradient
+    [0, segments); idle slots weigh 0) is combined into a pseudo-gradient
     g for the server optimiser; the clients' state rows are written back.
     """
     params, opt_state = self.server_step(
@@ -765,7 +555,7 @@ class FederatedAlgorithm:
     if sums is None:
       sums = aggregation.segment_sums(
           outputs.delta, plans.active_weight(), plans.group,
-          self.num_segments,
+          self.segments,
           self.coverage_masks(plans.client_masks(), outputs.delta),
           values_masked=True)
     means, coverage = aggregation.mean_of_sums(sums, state.params)
@@ -797,28 +587,18 @@ class FederatedAlgorithm:
     per_client_bytes = jnp.where(active,
                                  self.client_payload_bytes(state, plans), 0.0)
     uploaded = plans.delivers()
-    return self.charge_cells({
+    return {
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(per_client_bytes),
         'bytes_up': jnp.sum(jnp.where(uploaded, per_client_bytes, 0.0)),
-    }, plans, outputs)
-
-  def charge_cells(self, metrics: dict[str, jax.Array], plans: ClientPlan,
-                   outputs: ClientOutput) -> dict[str, jax.Array]:
-    """A flat round's `metrics`, in cells with E exchanges per client and
-    the AirComp statistics (`parts.cells.Cells.charge`)."""
-    if self.cells is None:
-      return metrics
-    return self.cells.charge(metrics, plans, outputs)
+    }
 
   def summary_facts(self) -> dict:
-    """Facts of the run's model of the world for summary.json (default none),
-    e.g. the channel noise model a result depends on; on the clock, its
-    virtual time and RU (`parts.clock.schedule_facts`); in cells, the edge
-    channel and its noise model."""
-    facts = {} if self.clock is None else self.clock.summary_facts()
-    return facts if self.cells is None else {**facts, **self.cells.facts()}
+    """Facts of the run's model of the world for summary.json: the parts'
+    (on the clock its virtual time and RU, `parts.clock.schedule_facts`; in
+    cells the edge channel and its noise model)."""
+    return self.parts.facts()
 
   # ---- evaluation (host loop, between rounds) ----------------------------
   def evaluator(self, split) -> Callable[[PyTree], dict[str, jax.Array]]:
@@ -843,15 +623,13 @@ class FederatedAlgorithm:
 
   def finish_round(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:
-    metrics = self.round_metrics(state, plans, outputs)
-    if self.clock is not None and not self.sums_deltas_in_map:
+    """The method's metrics with the parts' accounting, its aggregate (the
+    arrivals weighed by the parts where the method reads stacked deltas),
+    then the parts' state after the server step; the round advanced."""
+    metrics = self.parts.metrics(self.round_metrics(state, plans, outputs),
+                                 plans, outputs)
+    if self.parts.weighs and not self.sums_in_map:
       plans, outputs = self.weigh_arrivals(state, plans, outputs)
-    new_state = self.aggregate(state, plans, outputs)
-    if self.clock is not None:   # the clock's metrics; w_{q+1} dispatched
-      inputs = plans.extras['clock']
-      metrics.update(clock_part.round_metrics(inputs, plans.is_active()))
-      new_state = new_state.replace(extras={
-          **new_state.extras, 'start': clock_part.redispatch(
-              new_state.extras['start'], plans.client_id,
-              inputs['redispatch'], new_state.params)})
+    new_state = self.parts.finish(state, self.aggregate(state, plans, outputs),
+                                  plans)
     return new_state.replace(round=state.round + 1), metrics

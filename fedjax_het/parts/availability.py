@@ -22,6 +22,8 @@ Models (`systems.availability`):
   (`systems.availability_trace`, e.g. converted from FedScale's
   client_behave_trace); round r uses row r mod R'.
 
+As a part (`OnlineClients`), it gives the sampler the round's online clients
+(`online`) and marks a slot active only when its client is online (`adjust`).
 Sampling among the online clients is the sampler's (`methods.base`): K of
 them uniformly, or with replacement in proportion to their data; when fewer
 than K are online, the cohort's other slots stay idle (no steps, no upload).
@@ -36,6 +38,11 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from fedjax_het.core import parts
+from fedjax_het.core.key_streams import Stream
+from fedjax_het.core.state import ClientPlan, ServerState, round_key
+from fedjax_het.options import ConfigError
 
 MODELS = ('always', 'bernoulli', 'diurnal', 'trace')
 # The `systems` keys this part reads (the links-and-work part reads the rest).
@@ -102,6 +109,50 @@ class Availability:
     num_clients = (self.p if self.model == 'bernoulli' else self.phase).shape[0]
     return jax.random.uniform(key, (num_clients,)) < self.online_prob(
         round_index)
+
+
+class OnlineClients(parts.Part):
+  """The part: who is online each round (`model.draw` from the round key's
+  AVAILABILITY stream). On unless `systems.availability` is 'always'; a
+  method whose sampler is its own (`samples_available_clients` False, the
+  FedACS family) refuses it in one line."""
+  name = 'availability'
+
+  def __init__(self, model: Availability):
+    self.model = model
+
+  @classmethod
+  def check(cls, method, config):
+    """`config`; ConfigError where it sets availability for a method whose
+    sampler does not draw among the online clients."""
+    if (not method.samples_available_clients and
+        config.systems.availability != 'always'):
+      raise ConfigError(
+          f'systems.availability = {config.systems.availability!r} is set, but '
+          f'{method.name} samples among all clients by its own rule; leave it '
+          "'always' or choose fedavg or a submodel method, whose sampler "
+          'draws among the online clients.')
+    return config
+
+  @classmethod
+  def build(cls, method, config, data) -> 'OnlineClients | None':
+    from fedjax_het.parts import links_work  # pylint: disable=g-import-not-at-top
+    cls.check(method, config)
+    try:
+      model = Availability.from_section(
+          links_work.SystemsOptions.from_config(config),
+          int(data.counts.shape[0]), config.seed)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+    return None if model is None else cls(model)
+
+  def online(self, state: ServerState) -> jax.Array:
+    """bool [M]: the clients online in round `state.round` (a pure function
+    of the state's key and round, so streaming can draw cohorts ahead)."""
+    return self.model.draw(round_key(state, Stream.AVAILABILITY), state.round)
+
+  def adjust(self, state: ServerState, plans: ClientPlan) -> ClientPlan:
+    return plans.replace(active=self.online(state)[plans.client_id])
 
 
 def _read_trace(path: str, num_clients: int) -> np.ndarray:

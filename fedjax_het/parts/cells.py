@@ -75,7 +75,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_het.channels import aircomp
-from fedjax_het.core import aggregation
+from fedjax_het import models
+from fedjax_het.core import aggregation, parts
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
@@ -245,9 +246,27 @@ class EdgeChannel:
   antennas: int
   snr: np.ndarray
 
+  @classmethod
+  def from_options(cls, options: 'HierarchyOptions') -> 'EdgeChannel':
+    """The channel of a validated `config.hierarchy`."""
+    snr_db = np.where(options.slow(), options.snr_db_slow,
+                      options.snr_db_fast)
+    return cls(options.edge_channel, options.aircomp_noise,
+               float(options.aircomp_power), int(options.beamformer_sca_steps),
+               int(options.beamformer_inner_steps), int(options.antennas),
+               (10.0**(snr_db / 10)).astype(np.float32))
 
-class Cells:
-  """The cells part of a run (module docstring).
+
+class Cells(parts.Part):
+  """The cells part of a run (module docstring): it places each planned
+  client in its cell (`place`), takes over the local phase (E edge rounds)
+  and the cloud's combination of the cells (`combine`), makes the cells the
+  aggregation segments and charges E exchanges (`metrics`).
+
+  On for a method listing the part when `config.hierarchy` asks for cells
+  (`is_on`), or always for a method defined in cells (`always_in_cells`:
+  HIST, HFedAvg); the method's `edge_rule` and `cell_defaults` say how its
+  edge servers combine deltas and its own N and E.
 
   Attributes:
     cell_sizes: n_j per cell; clients 0..n_0-1 form cell 0, and so on.
@@ -263,6 +282,8 @@ class Cells:
       deltas, added up inside the client map; AirComp reads every client's
       delta (its channel).
   """
+  name = 'cells'
+  takes_over = frozenset({'local_phase', 'combine'})
 
   def __init__(self, options: HierarchyOptions, num_clients: int,
                template: PyTree, gamma: float, edge_rule: str = 'mean'):
@@ -279,18 +300,12 @@ class Cells:
     if sum(sizes) != num_clients:
       raise ConfigError(f'hierarchy.cell_sizes {list(sizes)} add up to '
                         f'{sum(sizes)}, not num_clients={num_clients}.')
-    snr_db = np.where(options.slow(), options.snr_db_slow,
-                      options.snr_db_fast)
     self.cell_sizes = tuple(sizes)
     self.edge_rounds = int(options.edge_rounds)
     self.edge_rule = edge_rule
     self.cloud_weights = ('clients' if edge_rule == 'draws' else
                           options.cloud_weights)
-    self.channel = EdgeChannel(
-        options.edge_channel, options.aircomp_noise,
-        float(options.aircomp_power), int(options.beamformer_sca_steps),
-        int(options.beamformer_inner_steps), int(options.antennas),
-        (10.0**(snr_db / 10)).astype(np.float32))
+    self.channel = EdgeChannel.from_options(options)
     self.cell_of_client = jnp.asarray(
         np.repeat(np.arange(n), self.cell_sizes), jnp.int32)
     self.template = template
@@ -304,6 +319,33 @@ class Cells:
     """The part of `config.hierarchy` (checked; ConfigError in one line)."""
     return cls(HierarchyOptions.from_config(config), config.num_clients,
                template, config.client_lr, edge_rule)
+
+  @classmethod
+  def check(cls, method, config: ml_collections.ConfigDict
+            ) -> ml_collections.ConfigDict:
+    """`config` with the method's N and E where it leaves them at 0; a
+    `hierarchy` key the method does not read refused in one line."""
+    config = with_method_defaults(config, method.cell_defaults)
+    refuse_unread_keys(config, method.name, 'hist, hfedavg', method.edge_rule,
+                       method.cell_defaults)
+    return config
+
+  @classmethod
+  def build(cls, method, config, data) -> 'Cells | None':
+    config = with_method_defaults(config, method.cell_defaults)
+    if not (method.always_in_cells or is_on(config.hierarchy)):
+      return None
+    return cls.from_config(
+        config, models.parameter_shapes(method.model, data.feature_shape),
+        method.edge_rule)
+
+  def segments(self, count: int) -> int:
+    del count
+    return self.num_cells
+
+  def sums_in_map(self, flag: bool) -> bool:
+    del flag
+    return self.sums_deltas_in_map
 
   @property
   def num_cells(self) -> int:
@@ -321,7 +363,7 @@ class Cells:
                              'none (OMA: exact)'}
 
   # ---- phase 1 ------------------------------------------------------------
-  def assign(self, plans: ClientPlan) -> ClientPlan:
+  def place(self, plans: ClientPlan) -> ClientPlan:
     """`plans` [K] with each client's cell as its segment and start model."""
     segment = self.cell_of_client[plans.client_id]
     return plans.replace(group=segment, start_model=segment)
@@ -464,7 +506,7 @@ class Cells:
         plans.mask_table)
 
   # ---- phase 3: the cloud ----------------------------------------------------
-  def cloud(self, means: PyTree, coverage: PyTree) -> PyTree:
+  def combine(self, means: PyTree, coverage: PyTree) -> PyTree:
     """The cloud, Eq. (7): per coordinate, the mean over the cells holding it.
 
     A partitioned coordinate is held by one cell and gets its value (the sum
@@ -484,8 +526,8 @@ class Cells:
 
     return jax.tree.map(combine, means, coverage)
 
-  def charge(self, metrics: dict[str, jax.Array], plans: ClientPlan,
-             outputs: ClientOutput) -> dict[str, jax.Array]:
+  def metrics(self, metrics: dict[str, jax.Array], plans: ClientPlan,
+              outputs: ClientOutput) -> dict[str, jax.Array]:
     """The flat round's `metrics` with E exchanges per client (the
     `PER_EDGE_ROUND_METRICS` it holds) and, with AirComp, its statistics:
     the means over the cells with planned clients."""
@@ -503,6 +545,15 @@ class Cells:
             outputs.extras[name] / clients_in_cell[plans.group]
         ) / cells_with_clients
     return metrics
+
+
+def data_cells(method, config: ml_collections.ConfigDict) -> int:
+  """How many cells `config` runs `method` (a method class) in (1: none),
+  known before the data are: a partition by cells (`partition='cell_shards'`)
+  splits the data along them."""
+  if Cells not in method.part_types():
+    return 1
+  return with_method_defaults(config, method.cell_defaults).hierarchy.num_cells
 
 
 def _sum_rows(x: jax.Array) -> jax.Array:

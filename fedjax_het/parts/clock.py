@@ -56,7 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_het.options import (ConfigError, OptionGroup, each, finite,
+from fedjax_het.core import parts
+from fedjax_het.options import (ConfigError, OptionGroup, changed_key, each, finite,
                                 in_range, non_negative, option, positive)
 from fedjax_het.systems import clock
 
@@ -251,3 +252,122 @@ def round_metrics(extras: dict, active: jax.Array) -> dict[str, jax.Array]:
       'staleness': jnp.sum(jnp.where(active, extras['staleness'],
                                      0)).astype(jnp.float32),
   }
+
+
+# ---- the part ---------------------------------------------------------------
+class OnClock(parts.Part):
+  """The part: a method's rounds on the virtual clock (module docstring).
+
+  It takes the round's plans over: slot j is client `cohort_ids(state)[j]`
+  (every client, in the order the sampler draws them), planned by the
+  method's `plan_clients` as in its dispatch round k (the state's round k,
+  its start-table row w_k and the key of round k, `dispatch_key`), its mask
+  gathered from the table (slots differ in round), active when its update
+  arrives. A client starts from its start-table row; an arrival is weighed by
+  its staleness (`weigh_arrival`, on the parts of the model the method
+  averages, its `averaged_parts`); after the server step the clients that
+  arrived or were dropped are dispatched again with w_{q+1}.
+
+  On for a method listing it when `config.clock` leaves its defaults; every
+  idle client is dispatched (Alg. 1), so the run needs clients_per_round =
+  num_clients and uniform sampling.
+  """
+  name = 'clock'
+  takes_over = frozenset({'plan_round'})
+  weighs = True
+
+  def __init__(self, clock_: VirtualClock, num_clients: int):
+    self.clock = clock_
+    self.options = clock_.options
+    self.num_clients = num_clients
+
+  @classmethod
+  def check(cls, method, config):
+    """Equal client times at μ < 1 refused (the method's default round
+    times are equal work)."""
+    del method
+    refuse_equal_times(ClockOptions.from_config(config), default_equal=True)
+    return config
+
+  @classmethod
+  def build(cls, method, config, data) -> 'OnClock | None':
+    if changed_key(config.clock, ClockOptions.defaults()) is None:
+      return None
+    options = ClockOptions.from_config(config)
+    refuse_equal_times(options, default_equal=True)
+    num_clients = int(data.counts.shape[0])
+    if (config.clients_per_round != num_clients or
+        config.client_sampling != 'uniform'):
+      raise ConfigError(
+          f'on the virtual clock every idle client is dispatched (Alg. 1), so '
+          f'{method.name} needs clients_per_round = num_clients '
+          f'({num_clients}) and uniform client_sampling, got '
+          f'{config.clients_per_round} and {config.client_sampling}.')
+    return cls(VirtualClock(options, num_clients=num_clients,
+                            rounds=config.rounds,
+                            local_steps=method.clock_default_steps(),
+                            seed=config.seed), num_clients)
+
+  def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
+    return self.clock.round_inputs(first, count)
+
+  def facts(self) -> dict:
+    return self.clock.summary_facts()
+
+  def init_extras(self, params: PyTree, extras: PyTree) -> PyTree:
+    """'start': the start table, every row w_0."""
+    return {**(extras or {}), 'start': start_table(params, self.num_clients)}
+
+  def plan_round(self, method, state, inputs: dict):
+    """The round's plans (class docstring); `inputs['clock']` is the round's
+    row of the clock's inputs (leaves [N], by client)."""
+    ids = method.cohort_ids(state)
+    row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs[self.name])
+    keys = jax.vmap(dispatch_key, in_axes=(None, 0, 0))(
+        state.key, row['dispatch_round'], ids)
+
+    def plan_at_dispatch(dispatch_round, client, key):
+      start = jax.tree.map(lambda t: t[client], state.extras['start'])
+      plan = method.plan_clients(
+          state.replace(round=dispatch_round, params=start), client[None],
+          key[None])
+      plan = plan.replace(mask=plan.client_masks(), mask_table=None,
+                          mask_row=None)
+      return jax.tree.map(lambda x: x[0], plan)
+
+    plans = jax.vmap(plan_at_dispatch)(row['dispatch_round'], ids, keys)
+    return plans.replace(active=row['arrives'], start_model=ids,
+                         extras={**(plans.extras or {}), 'clock': row})
+
+  def start_models(self, state) -> PyTree:
+    """Row n = w_{k_n}, the model client n was dispatched with."""
+    return state.extras['start']
+
+  def weigh(self, method, plan, delta: PyTree, weight: jax.Array,
+            table: PyTree, params: PyTree) -> tuple[PyTree, jax.Array]:
+    """One slot's (delta, weight) in the round's mean: `weigh_arrival` with
+    its staleness τ and start model w_{k_n} (its row of `table`), on the
+    method's `averaged_parts` of the model (None: all of it); `params` is
+    w_q."""
+    start = jax.tree.map(lambda t: t[plan.start_model], table)
+    staleness = plan.extras[self.name]['staleness']
+    if method.averaged_parts is None:
+      return weigh_arrival(self.options, staleness, delta, weight, start,
+                           params)
+    pick = lambda tree: {part: tree[part] for part in method.averaged_parts}
+    weighed, weight = weigh_arrival(self.options, staleness, pick(delta),
+                                    weight, pick(start), pick(params))
+    return {**delta, **weighed}, weight
+
+  def finish(self, before, after, plans):
+    """The clients whose update arrived or was dropped dispatched again with
+    w_{q+1}."""
+    del before
+    return after.replace(extras={**after.extras, 'start': redispatch(
+        after.extras['start'], plans.client_id,
+        plans.extras[self.name]['redispatch'], after.params)})
+
+  def metrics(self, metrics, plans, outputs):
+    del outputs
+    return {**metrics, **round_metrics(plans.extras[self.name],
+                                       plans.is_active())}

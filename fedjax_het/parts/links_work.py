@@ -40,8 +40,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het.options import (OptionGroup, in_range, is_bool, option,
-                                positive_int)
+from fedjax_het.core import parts
+from fedjax_het.core.key_streams import Stream
+from fedjax_het.core.state import ClientPlan, ServerState, round_key
+from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
+                                in_range, is_bool, option, positive_int)
 from fedjax_het.parts import availability as availability_lib
 from fedjax_het.parts import local_work
 
@@ -279,6 +282,81 @@ class Heterogeneity:
     steps = work * jnp.asarray(self.steps_per_work, jnp.int32)
     return SystemsRound(failure_prob=q, work=work, steps=steps,
                         link_up=link_up)
+
+
+class LinksWork(parts.Part):
+  """The part: each round's draws of `model` (`Heterogeneity.draw`, from the
+  round key's SYSTEMS stream) give every planned client T_m local steps (the
+  program freezes it after them) and weight w_m·Z_m, so a dropped update adds
+  nothing to any segment sum and its upload is not counted in `bytes_up`.
+  The Markov model's link states are the part's state (`extras['links']`,
+  int32 [M], the previous round's Z), so every method runs it.
+
+  On when `config.systems`' links-and-work keys leave their defaults (q = 0,
+  every client `local_steps`), or always for a method whose own rule reads
+  the draws (`reads_draws`: the FedACS family's sampling and calibration read
+  q and T; it plans with them itself, `draws`).
+  """
+  name = 'links_work'
+
+  def __init__(self, model: Heterogeneity):
+    self.model = model
+
+  @classmethod
+  def build(cls, method, config, data) -> 'LinksWork | None':
+    links_and_work = {key: default for key, default in
+                      SystemsOptions.defaults().items()
+                      if key not in availability_lib.KEYS}
+    if not method.reads_draws and changed_key(config.systems,
+                                              links_and_work) is None:
+      return None
+    try:
+      model = Heterogeneity.from_config(
+          config.systems, client_counts=np.asarray(data.counts),
+          batch_size=config.batch_size, default_work=config.local_steps,
+          seed=config.seed)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+    if method.divides_by_success:
+      _, q_max = model.failure_prob_bounds()
+      if np.any(q_max >= 1):
+        m = int(np.argmax(q_max >= 1))
+        raise ConfigError(
+            f'{method.name} divides by the upload success probability 1 − q, '
+            f'so every client needs q < 1, but client {m} can have q = 1.')
+    return cls(model)
+
+  def init_extras(self, params, extras):
+    del params
+    links = self.model.init_link_state()
+    return extras if links is None else {**(extras or {}), 'links': links}
+
+  def draws(self, state: ServerState) -> SystemsRound:
+    """q, T, steps and link outcomes of all clients in round `state.round`:
+    a pure function of the state (key, round, Markov link states), so the
+    plan and aggregation phases of a round see the same draws."""
+    links = state.extras['links'] if self.model.model == 'markov' else None
+    return self.model.draw(round_key(state, Stream.SYSTEMS), state.round,
+                           links)
+
+  def max_steps(self, steps: int) -> int:
+    del steps
+    return self.model.max_steps()
+
+  def adjust(self, state: ServerState, plans: ClientPlan) -> ClientPlan:
+    rnd = self.draws(state)
+    return plans.replace(
+        num_steps=rnd.steps[plans.client_id],
+        weight=plans.weight * rnd.link_up[plans.client_id].astype(jnp.float32))
+
+  def finish(self, before: ServerState, after: ServerState,
+             plans: ClientPlan) -> ServerState:
+    """Markov: the round's link outcomes are the next round's states."""
+    del plans
+    if self.model.model != 'markov':
+      return after
+    links = self.draws(before).link_up.astype(jnp.int32)
+    return after.replace(extras={**(after.extras or {}), 'links': links})
 
 
 def _read_trace(path: str, num_clients: int) -> dict:

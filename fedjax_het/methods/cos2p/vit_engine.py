@@ -290,12 +290,12 @@ class VitOnClock(FederatedAlgorithm):
     self.schedule = self.make_schedule()
 
   # ---- the virtual clock -----------------------------------------------------
-  def _clock_part(self, config):
+  @classmethod
+  def part_types(cls) -> tuple[type, ...]:
     """None: the engine builds its own schedule from the `clock` section
-    (`make_schedule`, the analytic cost model), not the base class's
-    generic clock part (`local_steps` seconds per round)."""
-    del config
-    return None
+    (`make_schedule`, the analytic cost model), not the generic clock part
+    (`local_steps` seconds per round)."""
+    return ()
 
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""

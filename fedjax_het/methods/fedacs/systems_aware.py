@@ -142,11 +142,6 @@ def fedavg_step_length(omega: jax.Array, q: jax.Array,
   return jnp.sum(omega * (1 - q) * a_norm)
 
 
-def _or_none(entries: dict) -> dict | None:
-  """Per-client state as a dict, or None when the method keeps none."""
-  return entries or None
-
-
 class SystemsAwareAlgorithm(FederatedAlgorithm):
   """Shared mechanism of the FedACS family; see the module docstring.
 
@@ -155,8 +150,8 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   `lr_scale` (their calibration) and `expected_weights` (the E[update]
   weights the sampling and weighting imply); stateful methods extend
   `init_clients`, `pseudo_gradient` and `next_clients`. The family's
-  per-client state (`ServerState.clients`: Markov link states, FedVarp's
-  memory, FedAU's intervals) is the server's own; clients never see it.
+  per-client state (`ServerState.clients`: FedVarp's memory, FedAU's
+  intervals) is the server's own; clients never see it.
   """
 
   name = 'systems_aware'
@@ -168,18 +163,15 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   option_groups = FLAT_OPTION_GROUPS + (cells_lib.HierarchyOptions,)
   edge_rule = 'draws'
   per_round_metrics = cells_lib.PER_ROUND_METRICS
-  # Whether the method divides by the upload success probability 1 − q.
-  divides_by_success = False
-
-  # Its sampling, weights and calibration read q and T every round.
-  always_draws_systems = True
-  keeps_link_states = True
+  # Its sampling, weights and calibration read q and T every round
+  # (`systems`, the links-and-work part's draws).
+  reads_draws = True
   # Sampling (3) draws over all clients with the round's q and T.
   samples_available_clients = False
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     self.options = FedAcsOptions.from_config(config)
-    super().__init__(config, model, data)   # the systems part: heterogeneity
+    super().__init__(config, model, data)
     self._check_options(config)
     m = self.num_clients
     self.full_participation = self.options.participation == 'full'
@@ -207,19 +199,12 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
                                  momentum=config.client_momentum,
                                  prox_mu=options.prox_mu,
                                  lr_decay=options.lr_decay)
-    if self.divides_by_success:
-      _, q_max = self.heterogeneity.failure_prob_bounds()
-      if np.any(q_max >= 1):
-        m = int(np.argmax(q_max >= 1))
-        raise ValueError(
-            f'{self.name} divides by the upload success probability 1 − q, '
-            f'so every client needs q < 1, but client {m} can have q = 1.')
 
   # ---- systems -------------------------------------------------------------
-  def init_clients(self, params: PyTree) -> PyTree:
-    del params
-    links = self.heterogeneity.init_link_state()
-    return _or_none({} if links is None else {'links': links})
+  def systems(self, state: ServerState) -> links_work.SystemsRound:
+    """q, T, steps and link outcomes of all clients in round `state.round`
+    (the links-and-work part's draws: the same in every phase of a round)."""
+    return self.parts.draws(state)[links_work.LinksWork.name]
 
   def program_client_state(self, state: ServerState,
                            plans: ClientPlan) -> PyTree:
@@ -258,7 +243,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
       return sampling.uniform_without_replacement(key, self.num_clients,
                                                   self.num_draws)
     return sampling.with_replacement(
-        key, self.sampling_probs(self.round_systems(state)), self.num_draws)
+        key, self.sampling_probs(self.systems(state)), self.num_draws)
 
   # ---- the aggregation weighting -------------------------------------------
   def client_coefficients(self, state: ServerState,
@@ -304,7 +289,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
-    rnd = self.round_systems(state)
+    rnd = self.systems(state)
     k = client_ids.shape[0]
     link_up = rnd.link_up[client_ids].astype(jnp.float32)
     coefficient = self.slot_coefficients(state, rnd, client_ids)
@@ -354,7 +339,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     updates received): the weighted segment sum times `update_scale`. In
     cells: Σ_j (K_j/K)(X − x̄_j^E), the cloud over the cells' rule-(3) edge
     models (module docstring; `segment_pseudo_gradient`)."""
-    if self.cells is not None:
+    if self.parts.owner('combine') is not None:   # in cells
       return self.segment_pseudo_gradient(state, plans, outputs)
     weights, _ = self.slot_weights(state, plans, outputs)
     sums, _ = aggregation.segment_sums(
@@ -366,15 +351,6 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   def update_scale(self) -> float:
     """The factor of Σ_k w_k Δ_k in the pseudo-gradient: 1/K (rule (3))."""
     return 1 / self.num_draws
-
-  def next_clients(self, state: ServerState, plans: ClientPlan,
-                   outputs: ClientOutput) -> PyTree:
-    """Per-client state after the round (Markov links: this round's Z)."""
-    del plans, outputs
-    if self.heterogeneity.model != 'markov':
-      return state.clients
-    return {**state.clients,
-            'links': self.round_systems(state).link_up.astype(jnp.int32)}
 
   def aggregate(self, state: ServerState, plans: ClientPlan,
                 outputs: ClientOutput) -> ServerState:
@@ -390,14 +366,14 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     copies = copies * active  # idle slots exchange and compute nothing
     uploads = copies * plans.extras['link_up']
     model_bytes = payload_bytes(state.params)
-    return self.charge_cells({
+    return {
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(copies * outputs.num_examples),
         'local_steps': jnp.sum(copies * plans.num_steps),
         'uploads': jnp.sum(uploads),
         'bytes_down': jnp.sum(copies) * model_bytes,
         'bytes_up': jnp.sum(uploads) * model_bytes,
-    }, plans, outputs)
+    }
 
 
 class FedAvgHet(SystemsAwareAlgorithm):

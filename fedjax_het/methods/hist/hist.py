@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_het import models
 from fedjax_het.methods.fedavg import FedAvg
 from fedjax_het.channels import aircomp
 from fedjax_het.core import key_streams
@@ -64,15 +65,20 @@ PyTree = Any
 
 @dataclasses.dataclass(frozen=True)
 class Hierarchy:
-  """HIST's own keys of the validated `config.hierarchy` (the cells and the
-  edge channel are the run's `parts.cells.Cells`).
+  """HIST's reading of the validated `config.hierarchy`: its cells (the
+  run's cells part, `parts.cells.Cells`, runs them from the same section) and
+  its own keys.
 
   Attributes:
+    num_cells: N; edge_rounds: E; channel: the edge channel.
     edge_weights: 'uniform' (1/n_j) or 'examples'.
     partition_sizes, given_sizes, max_size_ratio: HIST's partition sizing.
     system: the latency model's constants.
     cpu_hz_range: float [N, 2] F_i range of each cell.
   """
+  num_cells: int
+  edge_rounds: int
+  channel: cells_lib.EdgeChannel
   edge_weights: str
   partition_sizes: str
   given_sizes: tuple
@@ -94,7 +100,9 @@ class Hierarchy:
         bandwidth_hz=h.bandwidth_hz, antennas=h.antennas,
         cycles_per_step=h.cycles_per_step, bits_per_param=h.bits_per_param,
         subcarrier_hz=h.subcarrier_hz, symbol_s=h.symbol_s)
-    return cls(h.edge_weights, h.partition_sizes, tuple(h.given_sizes),
+    return cls(int(h.num_cells), int(h.edge_rounds),
+               cells_lib.EdgeChannel.from_options(h), h.edge_weights,
+               h.partition_sizes, tuple(h.given_sizes),
                float(h.max_size_ratio), system, cpu.astype(np.float32))
 
 
@@ -134,9 +142,10 @@ class HFedAvg(FedAvg):
     config = cells_lib.with_method_defaults(config, self.cell_defaults)
     self.hierarchy = Hierarchy.from_config(config)
     super().__init__(config, model, data)
+    self.template = models.parameter_shapes(model, data.feature_shape)
     self.total_params = int(sum(math.prod(p.shape)
-                                for p in jax.tree.leaves(self.cells.template)))
-    self.setup_partition(self.cells.template)
+                                for p in jax.tree.leaves(self.template)))
+    self.setup_partition(self.template)
 
   def setup_partition(self, template: PyTree) -> None:
     """Checks and precomputes the partition of the model (none here)."""
@@ -164,9 +173,9 @@ class HFedAvg(FedAvg):
     cpu_range = jnp.asarray(self.hierarchy.cpu_hz_range)[segment]
     cpu_hz = latency.draw_cpu_hz(cpu_key, cpu_range[:, 0], cpu_range[:, 1])
     channels = aircomp.rayleigh_channels(channel_key, client_ids.shape[0],
-                                         self.cells.channel.antennas)
+                                         self.hierarchy.channel.antennas)
     rate_bps = latency.oma_rates(channels,
-                                 jnp.asarray(self.cells.channel.snr)[segment],
+                                 jnp.asarray(self.hierarchy.channel.snr)[segment],
                                  self.hierarchy.system.bandwidth_hz)
     plans = plans.replace(extras={'cpu_hz': cpu_hz, 'rate_bps': rate_bps})
     masks = self.cell_masks(round_key(state), plans)
@@ -182,20 +191,22 @@ class HFedAvg(FedAvg):
   # ---- accounting ----------------------------------------------------------
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs) -> dict[str, jax.Array]:
-    """The cells part's bytes and AirComp statistics; MiB per client and
-    simulated latency (Eq. (18) with Eq. (17) or (35))."""
+    """MiB per client (E exchanges) and simulated latency (Eq. (18) with
+    Eq. (17) or (35)); the cells part adds its bytes and AirComp statistics."""
     metrics = super().round_metrics(state, plans, outputs)
-    metrics['mb_per_client'] = metrics['bytes_up'] / self.num_clients / 2**20
+    # bytes_up is one exchange; the cells part charges E of them after this.
+    metrics['mb_per_client'] = (self.hierarchy.edge_rounds * metrics['bytes_up']
+                                / self.num_clients / 2**20)
     if plans.mask_table is None:
       trained = jnp.full(plans.weight.shape, float(self.total_params))
     else:
       trained = jax.vmap(_count_true)(plans.mask_table)[plans.mask_row]
     cell_latency = latency.edge_round_latency(
-        self.cells.channel.kind, trained, self.total_params, plans.num_steps,
+        self.hierarchy.channel.kind, trained, self.total_params, plans.num_steps,
         plans.extras['cpu_hz'], plans.extras['rate_bps'], plans.group,
-        self.num_segments, self.hierarchy.system)
+        self.hierarchy.num_cells, self.hierarchy.system)
     metrics['latency_s'] = latency.global_round_latency(
-        cell_latency, self.cells.edge_rounds)
+        cell_latency, self.hierarchy.edge_rounds)
     metrics['partition_dmax'] = jnp.max(trained)
     return metrics
 
@@ -214,19 +225,19 @@ class HIST(HFedAvg):
     h = self.hierarchy
     self.layout = disjoint.partition_layout(template)
     for group in self.layout.groups:
-      disjoint.uniform_sizes(group.num_units, self.num_segments)
+      disjoint.uniform_sizes(group.num_units, self.hierarchy.num_cells)
     if h.partition_sizes != 'uniform' and len(self.layout.groups) != 1:
       raise ValueError(f'{h.partition_sizes} partition sizes need a model with '
                        'one partitioned hidden layer, this one has '
                        f'{len(self.layout.groups)}.')
     if h.partition_sizes == 'given':
-      disjoint.check_sizes(h.given_sizes, self.num_segments,
+      disjoint.check_sizes(h.given_sizes, self.hierarchy.num_cells,
                            self.layout.num_units)
     self.size_cap = None
     if h.partition_sizes == 'optimized':  # (19c) on parameters, shared included
       group = self.layout.groups[0]
       self.size_cap = partition_sizing.size_cap(
-          group.num_units, self.num_segments, h.max_size_ratio,
+          group.num_units, self.hierarchy.num_cells, h.max_size_ratio,
           unit_params=group.unit_params,
           shared_params=self.layout.shared_params)
 
@@ -239,9 +250,9 @@ class HIST(HFedAvg):
       return jnp.asarray(h.given_sizes, jnp.int32)
     # Latency per parameter of each cell: T_j of a one-parameter submodel.
     cost = latency.edge_round_latency(
-        self.cells.channel.kind, jnp.ones(plans.weight.shape), self.total_params,
+        self.hierarchy.channel.kind, jnp.ones(plans.weight.shape), self.total_params,
         plans.num_steps, plans.extras['cpu_hz'], plans.extras['rate_bps'],
-        plans.group, self.num_segments, h.system)
+        plans.group, self.hierarchy.num_cells, h.system)
     group = self.layout.groups[0]
     return partition_sizing.optimal_unit_counts(
         cost, num_units=group.num_units, unit_params=group.unit_params,
@@ -249,5 +260,5 @@ class HIST(HFedAvg):
 
   def cell_masks(self, key: jax.Array, plans: ClientPlan) -> PyTree:
     return disjoint.stacked_partition(
-        key_streams.fold(key, Stream.HIST_PARTITION), self.cells.template,
-        self.num_segments, self.partition_sizes(plans), self.layout)
+        key_streams.fold(key, Stream.HIST_PARTITION), self.template,
+        self.hierarchy.num_cells, self.partition_sizes(plans), self.layout)

@@ -210,15 +210,6 @@ class SplitLearning(FederatedAlgorithm):
     return cross_entropy(logits, labels)
 
   # ---- aggregation -----------------------------------------------------------
-  def weigh_arrival(self, staleness, delta, weight, start, params):
-    """On the clock, the staleness weight of the parts a client trains
-    (`averaged_parts`): Eq. 4's γ reads their drift and size; the other
-    parts' deltas are zero and stay so."""
-    pick = lambda tree: {part: tree[part] for part in self.averaged_parts}
-    weighed, weight = super().weigh_arrival(staleness, pick(delta), weight,
-                                            pick(start), pick(params))
-    return {**delta, **weighed}, weight
-
   def fedavg(self, state: ServerState, plans: ClientPlan,
              outputs: ClientOutput) -> PyTree:
     """The params with every part in `outputs.delta` replaced by x − the
