@@ -133,12 +133,10 @@ def make_evaluator(apply_fn: Callable[..., jax.Array], x: np.ndarray,
 
 
 def concatenated_shards(data) -> tuple[np.ndarray, np.ndarray]:
-  """(x [n, ...], y [n]): the clients' rows of `FederatedData` one client after
-  another, in client order (FIARSE's code's global test set)."""
-  counts = np.asarray(data.counts)
-  x, y = np.asarray(data.x), np.asarray(data.y)
-  return (np.concatenate([x[c, :n] for c, n in enumerate(counts)]),
-          np.concatenate([y[c, :n] for c, n in enumerate(counts)]))
+  """(x [n, ...], y [n]): the clients' rows of `FederatedData` or `RaggedData`
+  one client after another, in client order (FIARSE's code's global test set)."""
+  ragged = data.ragged()
+  return np.asarray(ragged.x), np.asarray(ragged.y)
 
 
 def make_personal_evaluator(apply_fn: Callable[..., jax.Array], data,
@@ -156,36 +154,37 @@ def make_personal_evaluator(apply_fn: Callable[..., jax.Array], data,
 
   Args:
     apply_fn: `apply_fn(shared, row, x_batch) -> logits`.
-    data: `FederatedData` of the local test shards (x [M, N, ...], y, counts).
+    data: `FederatedData` or `RaggedData` of the local test shards (counts
+      [M], a client's rows read by `data.examples`).
     batch_size: evaluation batch size (clipped to the longest shard).
     extended: also 'top5_accuracy' and 'f1_weighted'.
   """
-  counts = np.asarray(data.counts)
-  if counts.min() < 1:
+  if np.asarray(data.counts).min() < 1:
     raise ValueError('every client needs at least one local test example.')
-  longest = int(data.x.shape[1])
+  longest = int(data.max_examples)
   batch_size = min(batch_size, longest)
   num_batches = -(-longest // batch_size)
   positions = jnp.arange(num_batches * batch_size)
-  x, y = jnp.asarray(data.x), jnp.asarray(data.y)
-  counts = jnp.asarray(counts, jnp.int32)
+  data = jax.device_put(data)
 
   @jax.jit
-  def evaluate_clients(shared, rows, x, y, counts):
+  def evaluate_clients(shared, rows, data):
+    counts = jnp.asarray(data.counts, jnp.int32)
 
     def one_client(c):
       row = jax.tree.map(lambda r: r[c], rows)
       rows_c = positions % counts[c]
       valid = (positions < counts[c]).reshape(num_batches, batch_size)
-      xs = x[c, rows_c].reshape((num_batches, batch_size) + x.shape[2:])
-      ys = y[c, rows_c].reshape((num_batches, batch_size) + y.shape[2:])
+      xs, ys = data.examples(c, rows_c)
+      xs = xs.reshape((num_batches, batch_size) + xs.shape[1:])
+      ys = ys.reshape((num_batches, batch_size) + ys.shape[1:])
       totals = _batch_totals(lambda p, xb: apply_fn(shared, p, xb), row, xs,
                              ys, valid, extended)
       return _metrics(totals, counts[c])
 
     return jax.lax.map(one_client, jnp.arange(counts.shape[0]))
 
-  return lambda shared, rows: evaluate_clients(shared, rows, x, y, counts)
+  return lambda shared, rows: evaluate_clients(shared, rows, data)
 
 
 def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
@@ -199,7 +198,7 @@ def make_client_evaluator(apply_fn: Callable[..., jax.Array], data,
 
   Args:
     apply_fn: `apply_fn(params, x_batch) -> logits`.
-    data: `FederatedData` of the local test shards (x [M, N, ...], y, counts).
+    data: `FederatedData` or `RaggedData` of the local test shards.
     batch_size: evaluation batch size (clipped to the longest shard).
   """
   evaluate = make_personal_evaluator(

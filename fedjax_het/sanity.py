@@ -32,7 +32,7 @@ def data_warnings(split: FederatedSplit, batch_size: int) -> list[str]:
         f'{counts.size} clients (median {median:g} examples): each batch '
         f'repeats a typical client\'s examples about '
         f'{batch_size / median:.0f} times.')
-  if split.train.y.ndim == 2:  # class labels (next-token labels: a vocabulary)
+  if split.train.label_shape == ():  # class labels (next-token labels: a vocabulary)
     held = client_label_histogram(split.train, split.num_classes).sum(0)
     missing = np.flatnonzero(held == 0)
     if missing.size:

@@ -38,6 +38,13 @@ def stacked(clients, ids, feature):
   return np.concatenate([clients[c][feature] for c in ids])
 
 
+def rows(data, client):
+  """(x, y) of `client` of a ragged federation: its counts[client] rows from offsets[client]."""
+  start = int(data.offsets[client])
+  stop = start + int(data.counts[client])
+  return data.x[start:stop], data.y[start:stop]
+
+
 @pytest.mark.parametrize('fmt', FORMATS)
 def test_emnist_writers_read_back_in_every_format(tmp_path, fmt):
   train, test = nw.write_emnist(tmp_path, fmt)
@@ -46,14 +53,14 @@ def test_emnist_writers_read_back_in_every_format(tmp_path, fmt):
   ids = file_order(fmt, nw.EMNIST_TRAIN_SIZES)
   assert split.client_ids == tuple(ids)
   np.testing.assert_array_equal(split.train.counts, [nw.EMNIST_TRAIN_SIZES[c] for c in ids])
-  assert split.num_classes == 62 and split.train.x.shape == (4, 5, 28, 28, 1)
+  # Stored back to back: 3 + 1 + 5 + 2 rows, drawn as the padded layout's 5.
+  assert split.num_classes == 62 and split.train.x.shape == (11, 28, 28, 1)
+  assert split.train.max_examples == 5 and split.local_test.max_examples == 2
   for i, cid in enumerate(ids):
-    n = nw.EMNIST_TRAIN_SIZES[cid]
-    np.testing.assert_array_equal(split.train.x[i, :n, ..., 0], 1 - train[cid]['pixels'])
-    np.testing.assert_array_equal(split.train.y[i, :n], train[cid]['label'])
-    assert not split.train.x[i, n:].any() and not split.train.y[i, n:].any()
-    np.testing.assert_array_equal(split.local_test.y[i, :split.local_test.counts[i]],
-                                  test[cid]['label'])
+    x, y = rows(split.train, i)
+    np.testing.assert_array_equal(x[..., 0], 1 - train[cid]['pixels'])
+    np.testing.assert_array_equal(y, train[cid]['label'])
+    np.testing.assert_array_equal(rows(split.local_test, i)[1], test[cid]['label'])
   np.testing.assert_array_equal(split.test_y, stacked(test, ids, 'label'))
   np.testing.assert_array_equal(split.test_x[..., 0], 1 - stacked(test, ids, 'pixels'))
 
@@ -73,7 +80,8 @@ def test_natural_selection_keeps_eligible_clients_seeded(tmp_path):
   capped = load_natural('fed_emnist', str(tmp_path), num_clients=3, seed=0,
                         options=options(min_examples=2, max_examples=2))
   np.testing.assert_array_equal(capped.train.counts, [2, 2, 2])
-  np.testing.assert_array_equal(capped.train.x, split.train.x[:, :2])
+  for i in range(3):
+    np.testing.assert_array_equal(rows(capped.train, i)[0], rows(split.train, i)[0][:2])
   with pytest.raises(ValueError, match=r'has 3 clients with >= 2 examples; num_clients=4'):
     load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=opts)
 
@@ -93,11 +101,11 @@ def test_shakespeare_characters_round_trip(tmp_path, fmt):
   split = load_natural('shakespeare', str(tmp_path), num_clients=3, seed=0, options=options())
   inverse = {int(label): bytes([c]) for c, label in enumerate(text._CHAR_TABLE)
              if label < 89}
-  first = split.train.x[0, 0]  # the first client in the file's order
+  first = split.train.x[0]  # the first client in the file's order
   decoded = b''.join(inverse.get(int(t), b'?') for t in first if t >= 3)
   if fmt == 'leaf_json':
-    assert split.train.x.shape[1:] == (2, 80)
-    np.testing.assert_array_equal(split.train.y[:, :, :-1], split.train.x[:, :, 1:])
+    assert split.train.x.shape[1:] == (80,) and split.train.max_examples == 2
+    np.testing.assert_array_equal(split.train.y[:, :-1], split.train.x[:, 1:])
   else:
     ids = file_order(fmt, nw.SHAKESPEARE_TRAIN)
     assert first[0] == text.BOS
@@ -120,8 +128,9 @@ def test_stackoverflow_words_pad_truncate_and_oov(tmp_path):
   assert split.num_classes == 3 + 5 + 1
   the, to, i, a, is_ = range(3, 8)
   oov = 8
-  np.testing.assert_array_equal(split.train.x[0, :2], [[1, i, oov, to], [1, the, is_, 0]])
-  np.testing.assert_array_equal(split.train.y[0, :2], [[i, oov, to, oov], [the, is_, 2, 0]])
+  x, y = rows(split.train, 0)
+  np.testing.assert_array_equal(x[:2], [[1, i, oov, to], [1, the, is_, 0]])
+  np.testing.assert_array_equal(y[:2], [[i, oov, to, oov], [the, is_, 2, 0]])
   np.testing.assert_array_equal(split.test_y, [[a, oov, 2, 0], [the, 2, 0, 0]])
   with pytest.raises(ValueError, match='lists 5 words, fewer than the vocabulary of 6'):
     load_natural('stackoverflow', str(tmp_path), num_clients=2, seed=0,
@@ -391,7 +400,7 @@ def test_cifar100_test_clients_are_others_so_the_whole_test_file_is_the_test_set
   nw.write_tff_h5(tmp_path / 'fed_cifar100_train.h5', train)
   nw.write_tff_h5(tmp_path / 'fed_cifar100_test.h5', test)
   split = load_natural('fed_cifar100', str(tmp_path), num_clients=3, seed=0, options=options())
-  np.testing.assert_array_equal(np.rint(split.train.x[1] * 255), train['1']['image'])
+  np.testing.assert_array_equal(np.rint(rows(split.train, 1)[0] * 255), train['1']['image'])
   np.testing.assert_array_equal(split.test_y, stacked(test, ['t0', 't1'], 'label'))
   one_line_error('fed_cifar100_test.h5 holds other clients than .*fed_cifar100_train.h5 .* '
                  'set local_test=False',
@@ -424,7 +433,7 @@ def test_an_lzma_download_is_decompressed_once_beside_it(tmp_path, capsys):
   split = load_natural('fed_emnist', str(tmp_path), num_clients=4, seed=0, options=options())
   copy = tmp_path / 'decompressed' / 'emnist_all.sqlite'
   assert copy.is_file() and copy.stat().st_size == size
-  np.testing.assert_array_equal(split.train.y[0, :3], train['f0000_14']['label'])
+  np.testing.assert_array_equal(rows(split.train, 0)[1], train['f0000_14']['label'])
   said = capsys.readouterr().err.splitlines()  # where and how much, once
   lzma_size = (tmp_path / 'emnist_all.sqlite.lzma').stat().st_size
   assert said == [f'fedjax-het: decompressing {tmp_path}/emnist_all.sqlite.lzma ({lzma_size:,} '
@@ -454,14 +463,14 @@ def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
   unk = len(nw.GLOVE_WORDS)
   love, sad, the, is_, it, i, comma, bang, cant = range(unk)
   alice = ids.index('alice_bob')
-  np.testing.assert_array_equal(split.train.x[alice, :3], [[i, love, it, comma],
-                                                           [unk, sad, unk, unk],
-                                                           [love, love, love, unk]])
-  np.testing.assert_array_equal(split.train.y[alice, :3], [1, 0, 1])
+  x, y = rows(split.train, alice)
+  np.testing.assert_array_equal(x[:3], [[i, love, it, comma], [unk, sad, unk, unk],
+                                        [love, love, love, unk]])
+  np.testing.assert_array_equal(y[:3], [1, 0, 1])
   assert split.input_vocab == unk + 1 and split.embeddings.shape == (unk + 1, 4)
   np.testing.assert_array_equal(split.embeddings[sad], [1, 1.5, 2, 2.5])
   assert not split.embeddings[unk].any()  # LEAF's zero row for the unknown word
-  assert split.local_test.x.shape[1:] == (1, 4)
+  assert split.local_test.x.shape[1:] == (4,) and split.local_test.max_examples == 1
   config = cli.load_config(os.path.join(NATURAL_CONFIGS, 'fedavg_sent140.py'))
   config.update(data_dir=str(tmp_path), num_clients=3, model_options=CLI_RUNS['sent140/leaf_json'][2])
   _, model, params, _ = run.build_experiment(config)  # the vocabulary sizes the embedding,
@@ -472,7 +481,7 @@ def test_sent140_reads_leaf_rows_with_glove_or_train_vocabulary(tmp_path):
   trained = load_natural('sent140', str(tmp_path), num_clients=3, seed=0,
                          options=options(vocabulary='train', vocab_size=2))
   assert trained.input_vocab == 3 and trained.embeddings is None  # 'love' 0, 'I' 1, unknown 2
-  np.testing.assert_array_equal(trained.train.x[alice, 2, :4], [0, 0, 0, 2])
+  np.testing.assert_array_equal(rows(trained.train, alice)[0][2, :4], [0, 0, 0, 2])
   os.remove(glove)
   message = one_line_error('glove.6B.300d.txt does not exist', lambda: load_natural(
       'sent140', str(tmp_path), num_clients=3, seed=0, options=options()))
@@ -492,13 +501,14 @@ def test_celeba_decodes_resized_images_once_into_the_cache(tmp_path):
   ids = file_order('leaf_json', nw.CELEBA_TRAIN)
   assert split.client_ids == tuple(ids) and split.num_classes == 2
   np.testing.assert_array_equal(split.train.counts, [nw.CELEBA_TRAIN[c] for c in ids])
-  assert split.train.x.shape == (3, 3, 84, 84, 3) and isinstance(split.train.x, np.memmap)
+  assert split.train.x.shape == (6, 84, 84, 3) and isinstance(split.train.x, np.memmap)
   numbers = {'12': [1, 2, 3], '7': [4], '301': [5, 6]}  # written in train's dict order
   for row, cid in enumerate(ids):
     for k, number in enumerate(numbers[cid]):
-      np.testing.assert_allclose(split.train.x[row, k], np.broadcast_to(
+      x, y = rows(split.train, row)
+      np.testing.assert_allclose(x[k], np.broadcast_to(
           np.float32(nw.celeba_colour(number)) / 255, (84, 84, 3)), atol=3 / 255)
-      assert split.train.y[row, k] == k % 2
+      assert y[k] == k % 2
   np.testing.assert_array_equal(split.test_y, [0, 0, 0])
   # Decoded once: the cached run reads no image.
   for name in os.listdir(tmp_path / 'img_align_celeba'):

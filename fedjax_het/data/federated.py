@@ -86,9 +86,8 @@ class FederatedData:
     draws keep this layout's length `max_examples`, so training on it is bit-identical."""
     counts = np.asarray(self.counts)
     valid = np.arange(self.max_examples) < counts[:, None]
-    return RaggedData(x=np.asarray(self.x)[valid], y=np.asarray(self.y)[valid],
-                      counts=counts, offsets=_offsets(counts),
-                      max_examples=self.max_examples)
+    return RaggedData.from_rows(np.asarray(self.x)[valid], np.asarray(self.y)[valid], counts,
+                                self.max_examples)
 
   def validate(self, num_classes: int, chunk_bytes: int = 1 << 26) -> None:
     """Raises a one-line ValueError naming the first bad client and row.
@@ -243,6 +242,14 @@ class RaggedData:
   offsets: Any
   max_examples: int = flax.struct.field(pytree_node=False)
 
+  @classmethod
+  def from_rows(cls, x, y, counts: np.ndarray, max_examples: int = 0) -> RaggedData:
+    """The federation of rows x [Σ counts, ...], y [Σ counts, ...] stored client after
+    client, client m holding counts[m] of them; `max_examples` 0: the largest count."""
+    counts = np.asarray(counts)
+    return cls(x=x, y=y, counts=counts, offsets=_offsets(counts),
+               max_examples=int(max_examples or counts.max()))
+
   @property
   def num_clients(self) -> int:
     return self.counts.shape[0]
@@ -263,6 +270,11 @@ class RaggedData:
   def to_device(self, sharding: jax.sharding.Sharding | None = None) -> RaggedData:
     """Copies all leaves to the device(s) (replicated: rows are not split by client)."""
     return jax.device_put(self, sharding)
+
+  def ragged(self) -> RaggedData:
+    """This layout itself (`FederatedData.ragged`'s counterpart): host code that reads a
+    federation's rows client after client takes either layout through it."""
+    return self
 
   def client_row(self, client_id: jax.Array) -> jax.Array:
     """The client's index into `counts` and `offsets`: the id itself."""
@@ -345,18 +357,19 @@ _RAGGED_FILES = ('x.npy', 'y.npy', 'counts.npy', 'layout.json')
 
 def write_ragged(directory: str, counts: np.ndarray,
                  blocks: Iterable[tuple[np.ndarray, np.ndarray]],
-                 max_examples: int = 0) -> RaggedData:
+                 max_examples: int = 0, prefix: str = '') -> RaggedData:
   """Writes a ragged federation as .npy files in `directory`, block by block, and opens it.
 
   Args:
-    directory: an existing directory; x.npy, y.npy, counts.npy and layout.json are written.
+    directory: an existing directory; x.npy, y.npy, counts.npy and layout.json are written,
+      each name preceded by `prefix` (several federations in one directory, e.g. 'train_').
     counts: int [M] rows per client.
     blocks: (x [b, *f], y [b, *l]) consecutive rows of the clients in order (any block
       sizes), Σ b = Σ counts; only one block is held at a time.
     max_examples: the minibatch draw length N; 0: the largest count.
 
   Returns:
-    `open_ragged(directory)`.
+    `open_ragged(directory, prefix)`.
   """
   counts = np.asarray(counts, np.int32)
   total, written = int(counts.sum(dtype=np.int64)), 0
@@ -365,7 +378,7 @@ def write_ragged(directory: str, counts: np.ndarray,
     for x, y in blocks:
       for name, rows in (('x', x), ('y', y)):
         if name not in files:
-          files[name] = open(os.path.join(directory, f'{name}.npy'), 'wb')
+          files[name] = open(os.path.join(directory, f'{prefix}{name}.npy'), 'wb')
           np.lib.format.write_array_header_1_0(files[name], {
               'descr': np.lib.format.dtype_to_descr(rows.dtype), 'fortran_order': False,
               'shape': (total, *rows.shape[1:])})
@@ -376,25 +389,24 @@ def write_ragged(directory: str, counts: np.ndarray,
       f.close()
   if written != total or not files:
     raise ValueError(f'the blocks hold {written} rows; the counts say {total}.')
-  np.save(os.path.join(directory, 'counts.npy'), counts)
-  with open(os.path.join(directory, 'layout.json'), 'w') as f:
+  np.save(os.path.join(directory, f'{prefix}counts.npy'), counts)
+  with open(os.path.join(directory, f'{prefix}layout.json'), 'w') as f:
     json.dump({'max_examples': int(max_examples or counts.max())}, f)
-  return open_ragged(directory)
+  return open_ragged(directory, prefix)
 
 
-def open_ragged(directory: str) -> RaggedData:
-  """The ragged federation `write_ragged` wrote in `directory`: x and y read-only
-  `np.memmap` (paged in as cohorts read them), counts and offsets in memory."""
-  missing = [n for n in _RAGGED_FILES if not os.path.exists(os.path.join(directory, n))]
+def open_ragged(directory: str, prefix: str = '') -> RaggedData:
+  """The ragged federation `write_ragged` wrote in `directory` under `prefix`: x and y
+  read-only `np.memmap` (paged in as cohorts read them), counts and offsets in memory."""
+  path = lambda name: os.path.join(directory, prefix + name)
+  missing = [prefix + n for n in _RAGGED_FILES if not os.path.exists(path(n))]
   if missing:
     raise ValueError(f'{directory} holds no ragged federation: {", ".join(missing)} missing.')
-  counts = np.load(os.path.join(directory, 'counts.npy'))
-  with open(os.path.join(directory, 'layout.json')) as f:
+  with open(path('layout.json')) as f:
     layout = json.load(f)
-  return RaggedData(x=np.load(os.path.join(directory, 'x.npy'), mmap_mode='r'),
-                    y=np.load(os.path.join(directory, 'y.npy'), mmap_mode='r'),
-                    counts=counts, offsets=_offsets(counts),
-                    max_examples=int(layout['max_examples']))
+  return RaggedData.from_rows(np.load(path('x.npy'), mmap_mode='r'),
+                              np.load(path('y.npy'), mmap_mode='r'),
+                              np.load(path('counts.npy')), layout['max_examples'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,10 +414,11 @@ class FederatedSplit:
   """Federated training data plus evaluation sets.
 
   Attributes:
-    train: per-client training data.
+    train: per-client training data, padded (`FederatedData`) or back to back
+      (`RaggedData`: natural sets, `data.natural`).
     test_x: [n_test, *feature_shape] the global test set (host numpy).
     test_y: [n_test] int32.
-    local_test: per-client test shards, or None unless requested.
+    local_test: per-client test shards (either layout), or None unless requested.
     num_classes: number of label classes.
     client_ids: the files' id of each train row's client (natural sets,
       `data.natural`), else None.
@@ -414,10 +427,10 @@ class FederatedSplit:
     embeddings: float32 [input_vocab, D] initial word vectors of those ids
       (Sent140's GloVe), or None.
   """
-  train: FederatedData
+  train: FederatedData | RaggedData
   test_x: np.ndarray
   test_y: np.ndarray
-  local_test: FederatedData | None
+  local_test: FederatedData | RaggedData | None
   num_classes: int
   client_ids: tuple[str, ...] | None = None
   input_vocab: int = 0
@@ -449,17 +462,16 @@ def pack_clients(x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray],
   return FederatedData(x=packed_x, y=packed_y, counts=counts)
 
 
-def client_label_histogram(data: FederatedData, num_classes: int) -> np.ndarray:
+def client_label_histogram(data: FederatedData | RaggedData, num_classes: int) -> np.ndarray:
   """[num_clients, num_classes] int64 label counts over each client's valid rows."""
-  y, counts = np.asarray(data.y), np.asarray(data.counts)
-  valid = np.arange(y.shape[1]) < counts[:, None]
-  labels = y[valid]
+  ragged = data.ragged()
+  labels, counts = np.asarray(ragged.y), np.asarray(ragged.counts)
   if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
     raise ValueError(f'labels must lie in [0, {num_classes}), got range '
                      f'[{labels.min()}, {labels.max()}].')
-  client = np.broadcast_to(np.arange(y.shape[0])[:, None], y.shape)[valid]
-  flat = np.bincount(client * num_classes + labels, minlength=y.shape[0] * num_classes)
-  return flat.reshape(y.shape[0], num_classes)
+  client = np.repeat(np.arange(counts.size), counts)
+  flat = np.bincount(client * num_classes + labels, minlength=counts.size * num_classes)
+  return flat.reshape(counts.size, num_classes)
 
 
 def _local_test_indices(dataset: ArrayDataset, train: FederatedData, method: str,

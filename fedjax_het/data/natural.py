@@ -24,7 +24,7 @@ images, snippets or posts) — and, with `local_test`, at least one test example
 eligible population; `num_clients` of them are kept, all in file order when they are exactly
 `num_clients`, else a subsample drawn with `seed` (kept in file order); with `max_examples`, a
 client trains on its first `max_examples` rows only (TFF's StackOverflow benchmark: 256 posts,
-`max_elements_per_user`), which also bounds the padded layout. The global test set is
+`max_elements_per_user`). The global test set is
 the kept clients' own test examples (EMNIST, Shakespeare, StackOverflow and LEAF's sample split
 share clients between splits); train and test files that share no client, or kept clients none
 of which has test examples, are refused. CIFAR-100's 100 test clients are others by design, so
@@ -40,15 +40,22 @@ files, each `.lzma` download's decompressed copy (made once in `<cache_dir or
 data_dir>/decompressed/`, saying so on stderr), the clients kept and dropped with the reason,
 the train and test examples and the quantiles of the kept clients' train rows.
 
+The train and local test clients are stored ragged (`federated.RaggedData`: a client's rows
+back to back after the previous client's, with offsets), so memory follows the examples read,
+not the clients times the largest client (TFF's StackOverflow, 342,477 users of up to 256
+sequences each: the rows, not 342,477 × 256 of them); training reads the padded layout's
+minibatches from it, bit for bit.
+
 With `cache_dir` (and by default, in `<data_dir>/fedjax_het_cache`, when the run streams its
-cohorts, `stream=True`: large populations go straight to the memory-mapped layout), the packed
-federation is written once as .npy files under `cache_dir/<name>-<key>/` and opened as read-only `np.memmap` leaves, the host layout cohort
-streaming reads (`core.stream`); the key hashes the selection options and the source files'
-names, sizes and modification times, and the manifest keeps each file's SHA-256, so a source
-file that changes is detected (its hash is checked whenever its size or time differs) and the
-cache is rebuilt. Building it holds the kept clients' converted (unpadded) arrays in memory once;
-the padded layout is written client by client into the memmapped files, and later runs read only
-the cohorts' rows from them.
+cohorts, `stream=True`: large populations go straight to the memory-mapped layout), the ragged
+federation is written once as .npy files under `cache_dir/<name>-<key>/` (`write_ragged`, its
+train and local test under the prefixes train_ and local_) and opened as read-only `np.memmap`
+leaves, the host layout cohort streaming reads (`core.stream`); the key hashes the selection
+options and the source files' names, sizes and modification times, and the manifest keeps each
+file's SHA-256, so a source file that changes is detected (its hash is checked whenever its size
+or time differs) and the cache is rebuilt, as is a cache of another layout (the padded files of
+earlier versions). Building it holds the kept clients' converted arrays in memory once; they are
+written client by client into the files, and later runs read only the cohorts' rows from them.
 
 Sent140 (LEAF's models/sent140/stacked_lstm.py): an example's x is LEAF's row [tweet id,
 date, query, user, text]; the text is cut into words as LEAF's `split_line` does and the first 25
@@ -86,7 +93,7 @@ from typing import Callable
 import numpy as np
 
 from fedjax_het.data import natural_files, text
-from fedjax_het.data.federated import FederatedData, FederatedSplit
+from fedjax_het.data.federated import FederatedSplit, RaggedData, open_ragged, write_ragged
 from fedjax_het.options import ConfigError, OptionGroup, non_negative_int, option, positive_int
 
 FORMATS = ('fedjax_sqlite', 'tff_sqlite', 'tff_h5', 'leaf_json')
@@ -400,19 +407,23 @@ def _sha256(path: str) -> str:
   return digest.hexdigest()
 
 
-def _pack(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype, allocate) -> FederatedData:
-  """Per-client (x [n_i, ...], y [n_i, ...]) → a zero-padded FederatedData; `allocate(name,
-  shape, dtype)` gives the zeroed arrays (numpy or memmap)."""
-  counts = np.array([len(y) for _, y in clients], np.int32)
-  longest = int(counts.max())
-  x = allocate('x', (len(clients), longest, *clients[0][0].shape[1:]), x_dtype)
-  y = allocate('y', (len(clients), longest, *clients[0][1].shape[1:]), np.int32)
-  for i, (xi, yi) in enumerate(clients):
-    x[i, :len(yi)] = xi
-    y[i, :len(yi)] = yi
-  out_counts = allocate('counts', counts.shape, np.int32)
-  out_counts[:] = counts
-  return FederatedData(x=x, y=y, counts=out_counts)
+def _counts(clients: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+  """int32 [M]: the rows n_i of each client's (x [n_i, ...], y [n_i, ...])."""
+  return np.array([len(y) for _, y in clients], np.int32)
+
+
+def _blocks(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype):
+  """The ragged layout's rows client after client: each client's (x as `x_dtype`, y as
+  int32), one client at a time."""
+  for x, y in clients:
+    yield x.astype(x_dtype, copy=False), y.astype(np.int32, copy=False)
+
+
+def _pack(clients: list[tuple[np.ndarray, np.ndarray]], x_dtype) -> RaggedData:
+  """Per-client (x [n_i, ...], y [n_i, ...]) → a RaggedData in memory: x [Σ n_i, ...],
+  y [Σ n_i, ...], draws of length max n_i (the padded layout's, so the same batches)."""
+  xs, ys = zip(*_blocks(clients, x_dtype))
+  return RaggedData.from_rows(np.concatenate(xs), np.concatenate(ys), _counts(clients))
 
 
 def _check_features(spec, features: dict, where: str) -> None:
@@ -579,14 +590,14 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
   """The natural federation of `name` from the files in `data_dir` (module docstring).
 
   Returns:
-    A NaturalSplit: train x [num_clients, N, *x_shape] (float32 images or int32 tokens), y
-    [num_clients, N] labels or [num_clients, N, L] next tokens, counts [num_clients] (rows after
-    conversion: images, or sequences); test_x/test_y the global test set; local_test per
-    client with `local_test`; client_ids the files' ids of the train rows; input_vocab and
-    embeddings Sent140's token ids and GloVe vectors (0 and None for other sets); `summary`
-    what was read (`format_summary`). With `options.cache_dir`, or with `stream` (the run
-    streams its cohorts; the cache then defaults to `<data_dir>/fedjax_het_cache`), the leaves
-    are np.memmap.
+    A NaturalSplit: train a `RaggedData` with x [Σ counts, *x_shape] (float32 images or int32
+    tokens), y [Σ counts] labels or [Σ counts, L] next tokens, counts [num_clients] (rows after
+    conversion: images, or sequences) and max_examples the largest count; test_x/test_y the
+    global test set; local_test per client with `local_test` (a `RaggedData` too); client_ids
+    the files' ids of the train rows; input_vocab and embeddings Sent140's token ids and GloVe
+    vectors (0 and None for other sets); `summary` what was read (`format_summary`). With
+    `options.cache_dir`, or with `stream` (the run streams its cohorts; the cache then defaults
+    to `<data_dir>/fedjax_het_cache`), x and y are np.memmap.
 
   Raises:
     ValueError: unknown name, a missing data_dir or files (one line naming what to put where),
@@ -656,10 +667,9 @@ def load_natural(name: str, data_dir: str, *, num_clients: int, seed: int,
                      len(test_y))
   if cache is not None:
     return finish(cache.write(train, local, test_x, test_y, spec.x_dtype, kept, summary))
-  zeros = lambda _, shape, dtype: np.zeros(shape, dtype)
   return finish(NaturalSplit(
-      train=_pack(train, spec.x_dtype, zeros), test_x=test_x, test_y=test_y,
-      local_test=None if local is None else _pack(local, spec.x_dtype, zeros),
+      train=_pack(train, spec.x_dtype), test_x=test_x, test_y=test_y,
+      local_test=None if local is None else _pack(local, spec.x_dtype),
       num_classes=0, client_ids=tuple(kept), summary=summary))
 
 
@@ -682,9 +692,13 @@ def _check_reads(name: str, options: NaturalOptions) -> None:
                         f'does not read it, leave it at {defaults[key]!r}.')
 
 
+CACHE_LAYOUT = 'ragged'  # the cache's `layout`: write_ragged's files (earlier: padded .npy)
+
+
 class _Cache:
   """A packed natural federation as .npy files in `directory`, valid while its sources are
-  unchanged (`manifest.json`: each source's size, modification time and SHA-256)."""
+  unchanged (`manifest.json`: each source's size, modification time and SHA-256) and its
+  layout is `CACHE_LAYOUT` (train and local test as `write_ragged` writes them)."""
 
   def __init__(self, directory: str, sources: list[str]):
     self.directory, self.sources = directory, sources
@@ -694,11 +708,14 @@ class _Cache:
     return os.path.join(self.directory, name + '.npy')
 
   def load(self) -> FederatedSplit | None:
-    """The cached split, or None if there is none or a source file changed."""
+    """The cached split, or None if there is none, it is of another layout or a source file
+    changed."""
     try:
       with open(self.manifest) as f:
         manifest = json.load(f)
     except (OSError, ValueError):
+      return None
+    if manifest.get('layout') != CACHE_LAYOUT:  # padded, or before summaries: rebuilt
       return None
     for source in self.sources:
       for path, (size, mtime) in _fingerprint(source).items():
@@ -707,30 +724,24 @@ class _Cache:
           return None
         if [size, mtime] != stored[:2] and _sha256(path) != stored[2]:
           return None
-    if 'summary' not in manifest:  # written before summaries were kept: rebuilt
-      return None
-    mapped = lambda name: np.load(self._path(name), mmap_mode='r')
-    train = FederatedData(*(mapped(f'train_{k}') for k in ('x', 'y', 'counts')))
-    local = (FederatedData(*(mapped(f'local_{k}') for k in ('x', 'y', 'counts')))
-             if manifest['local_test'] else None)
-    return NaturalSplit(train=train, test_x=np.load(self._path('test_x')),
+    local = open_ragged(self.directory, 'local_') if manifest['local_test'] else None
+    return NaturalSplit(train=open_ragged(self.directory, 'train_'),
+                        test_x=np.load(self._path('test_x')),
                         test_y=np.load(self._path('test_y')), local_test=local,
                         num_classes=0, client_ids=tuple(manifest['client_ids']),
                         summary={**manifest['summary'], 'from_cache': True})
 
   def write(self, train, local, test_x, test_y, x_dtype, client_ids, summary) -> NaturalSplit:
-    """Writes the packed arrays and the manifest (last), then opens them as `load` does."""
+    """Writes the ragged train and local test clients, the test set and the manifest (last),
+    then opens them as `load` does."""
     try:
       os.makedirs(self.directory, exist_ok=True)
       if os.path.exists(self.manifest):
         os.remove(self.manifest)
-      for prefix, clients in (('train', train), ('local', local)):
+      for prefix, clients in (('train_', train), ('local_', local)):
         if clients is not None:
-          packed = _pack(clients, x_dtype, lambda name, shape, dtype, p=prefix:
-                         np.lib.format.open_memmap(self._path(f'{p}_{name}'), 'w+', dtype,
-                                                   shape))
-          for leaf in (packed.x, packed.y, packed.counts):
-            leaf.flush()
+          write_ragged(self.directory, _counts(clients), _blocks(clients, x_dtype),
+                       prefix=prefix)
       np.save(self._path('test_x'), test_x)
       np.save(self._path('test_y'), test_y)
       sources = {}
@@ -738,7 +749,7 @@ class _Cache:
         for path, stat in _fingerprint(source).items():
           sources[path] = [*stat, _sha256(path)]
       with open(self.manifest + '.part', 'w') as f:
-        json.dump({'sources': sources, 'local_test': local is not None,
+        json.dump({'layout': CACHE_LAYOUT, 'sources': sources, 'local_test': local is not None,
                    'client_ids': list(client_ids),
                    'summary': {**summary, 'cache': self.directory}}, f)
       os.replace(self.manifest + '.part', self.manifest)
