@@ -169,6 +169,22 @@ SECTIONS = {'clock': 'clock.*', 'availability': 'systems.availability',
             'cells': 'hierarchy.*', 'links_work': 'systems.*'}
 
 
+# (config section, part type): the registered parts, in the order they act.
+_REGISTRY: list[tuple[type, type]] = []
+
+
+def register(section: type, part_type: type) -> None:
+  """Makes `part_type` run under every method listing `section` (its
+  `OptionGroup`) in `option_groups`, after the parts registered before it."""
+  if (section, part_type) not in _REGISTRY:
+    _REGISTRY.append((section, part_type))
+
+
+def registered(option_groups: Sequence[type]) -> tuple[type, ...]:
+  """The registered part types whose section is in `option_groups`."""
+  return tuple(part for section, part in _REGISTRY if section in option_groups)
+
+
 class Parts:
   """The parts of a run, composed: each hook applies every part's in order
   (a taken-over phase: its one part's, or None where no part takes it)."""

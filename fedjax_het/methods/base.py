@@ -74,20 +74,10 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext, round_key)
 from fedjax_het.core import parts as parts_lib
-from fedjax_het.parts import availability, links_work
 from fedjax_het.parts import cells as cells_lib
-from fedjax_het.parts import clock as clock_part
 
 PyTree = Any
 
-# The parts a method runs under, by the config section it reads them from,
-# in the order they act on a round (`FederatedAlgorithm.part_types`).
-PARTS_OF_SECTION = (
-    (links_work.SystemsOptions, links_work.LinksWork),
-    (links_work.SystemsOptions, availability.OnlineClients),
-    (clock_part.ClockOptions, clock_part.OnClock),
-    (cells_lib.HierarchyOptions, cells_lib.Cells),
-)
 
 
 def payload_bytes(params: PyTree) -> jax.Array:
@@ -182,8 +172,7 @@ class FederatedAlgorithm:
   def part_types(cls) -> tuple[type, ...]:
     """The parts the method runs under, in the order they act (the parts of
     the config sections it reads)."""
-    return tuple(part for group, part in PARTS_OF_SECTION
-                 if group in cls.option_groups)
+    return parts_lib.registered(cls.option_groups)
 
   @classmethod
   def fix_options(cls, config: ml_collections.ConfigDict
