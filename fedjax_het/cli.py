@@ -1,7 +1,7 @@
 """Command line: `fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]`.
 
 `fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE ...` runs a benchmark
-instead (`fedjax_het.bench`).
+instead (`fedjax_het.tools.bench`).
 
 With no arguments it runs `experiments/demo.py`, the heterogeneous demo (a
 comparison: a file defining `get_configs()`, see `fedjax_het.compare`). Overrides are Python
@@ -334,7 +334,7 @@ def _train_command(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   if argv[:1] == ['bench']:
-    from fedjax_het import bench  # pylint: disable=g-import-not-at-top
+    from fedjax_het.tools import bench  # pylint: disable=g-import-not-at-top
     return bench.main(argv[1:])
   return report_errors('fedjax-het', lambda: _distributed_train_command(argv))
 

@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from fedjax_het import bench, cli
+from fedjax_het import cli
+from fedjax_het.tools import bench
 from script_utils import load_script
 
 KEYS = ('workload', 'backend', 's_per_round_median', 's_per_round_min',

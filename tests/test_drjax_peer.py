@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 from script_utils import load_script
 
 pytest.importorskip('drjax')

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedjax_het import bench, run
+from fedjax_het import run
+from fedjax_het.tools import bench
 
 
 def one_round(config) -> tuple[Callable[[Any], Any], Any]:
@@ -26,7 +27,7 @@ def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: in
   """Times each variant's `state = step(state)` in turn, `repeats` times over.
 
   `variants` maps a name to (step, initial state). Each turn is one warm-up call
-  and `calls` timed calls (`bench._times`). Returns ({name: [median wall s per
+  and `calls` timed calls (`bench.time_calls`). Returns ({name: [median wall s per
   call, one per repeat]}, {name: [process CPU s per call, warm-up included, one
   per repeat]}): CPU seconds count every thread's work, a view that is
   insensitive to waiting on a loaded machine.
@@ -37,7 +38,7 @@ def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: in
   for _ in range(repeats):
     for name, (step, _) in variants.items():
       started = time.process_time()
-      seconds, states[name] = bench._times(step, states[name], calls)  # pylint: disable=protected-access
+      seconds, states[name] = bench.time_calls(step, states[name], calls)
       cpu[name].append((time.process_time() - started) / (calls + 1))
       wall[name].append(float(np.median(seconds)))
   return wall, cpu

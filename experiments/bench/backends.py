@@ -4,7 +4,7 @@ Command:  python experiments/bench/backends.py [--workload W-MLP] [--rounds 10]
             [--backends vmap,map,sequential] [--algorithms fedavg,fiarse,heterofl]
             [--cpu-devices N]
 
-Runs `fedjax_het.bench.benchmark` (what `fedjax-het bench` prints) for each
+Runs `fedjax_het.tools.bench.benchmark` (what `fedjax-het bench` prints) for each
 method × backend and prints a table of median s/round, the ratio to FedAvg on
 the same backend (the overhead of a method's thresholds, masks and partial
 averaging; submodel methods run FIARSE's capacities {1/64, 1/16, 1/4, 1} in
@@ -15,7 +15,7 @@ as one JSON line. `--cpu-devices` splits the CPU into XLA devices (the
 import argparse
 import json
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 from fedjax_het.core import sharding
 
 

@@ -24,7 +24,7 @@ import dataclasses
 import alternation
 import jax
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 
 VARIANTS = {
     'FedAvg': {},

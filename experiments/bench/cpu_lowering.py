@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_het import bench, models
+from fedjax_het import models
+from fedjax_het.tools import bench
 
 YNN_FUSIONS = 'xla_cpu_experimental_ynn_fusion_type'
 LIBRARIES = {

@@ -25,7 +25,7 @@ round does the same arithmetic as a fedjax_het FedAvg round; the local SGD
 loop, the client axis and the aggregation are DrJAX + plain JAX.
 
 Prints one JSON line per run: s/round median/min/max over `--rounds` rounds
-after a compiling warm-up (`bench._times`, as `fedjax-het bench` times its
+after a compiling warm-up (`bench.time_calls`, as `fedjax-het bench` times its
 rounds), examples/s and, unless `--no-check`, the largest difference between
 the parameters after one DrJAX round and after one fedjax_het FedAvg round
 (`RoundRunner`, backend auto, the same mesh) from the same state.
@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 from fedjax_het.core import batching, sharding
 
 
@@ -132,7 +132,7 @@ def peer_benchmark(workload_name: str, rounds: int = 10, client_devices: int = 0
   data = runner.place(split.train.to_device())
   round_fn = make_round(method, model, data, mesh)
   state = bench.initial_state(method, runner, params)
-  seconds, _ = bench._times(lambda s: round_fn(s, data), state, rounds)  # pylint: disable=protected-access
+  seconds, _ = bench.time_calls(lambda s: round_fn(s, data), state, rounds)
   result = {
       'workload': workload_name, 'peer': 'drjax', 'algorithm': 'fedavg',
       'drjax_version': drjax.__version__, 'jax_version': jax.__version__,

@@ -4,7 +4,7 @@ Command:   python experiments/bench/fedjax_reference.py [--rounds 1500] [--chunk
                [--backend auto] [--num-clients 3400]
 Anchor:    FedJAX (Ro et al. 2021) reports its EMNIST FedAvg reference, 1,500 rounds of 10
            clients, each one local epoch of batch 20 with its CNN, in "a few minutes" on TPU.
-Workload:  `fedjax-het bench`'s W-EMNIST (fedjax_het/bench.py): 3,400 writers of synthetic
+Workload:  `fedjax-het bench`'s W-EMNIST (fedjax_het/tools/bench.py): 3,400 writers of synthetic
            28×28×1 images with F-EMNIST's size law, 62 classes, simple_cnn, stored ragged and
            placed on the device whole. Rounds run `--chunk` at a time in one compiled call
            (`RoundRunner.run`'s scan over rounds), as a training run with rounds_per_call =
@@ -25,7 +25,8 @@ import time
 import jax
 import numpy as np
 
-from fedjax_het import bench, methods, models, run
+from fedjax_het import methods, models, run
+from fedjax_het.tools import bench
 
 
 def parse_args(argv=None) -> argparse.Namespace:

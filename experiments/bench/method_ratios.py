@@ -22,7 +22,7 @@ import dataclasses
 import alternation
 import jax
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 from fedjax_het.core import sharding
 
 

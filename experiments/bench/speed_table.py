@@ -97,7 +97,7 @@ def main():
   parser.add_argument('--out', default='', help='append every JSON line here')
   args = parser.parse_args()
   peers = [p for p in args.peers.split(',') if p]
-  from fedjax_het import bench  # pylint: disable=g-import-not-at-top
+  from fedjax_het.tools import bench  # pylint: disable=g-import-not-at-top
   for workload in args.workloads.split(','):
     rounds = args.rounds if bench.WORKLOADS[workload].model == 'mlp' else min(args.rounds, 3)
     table = cases(workload, rounds, bench.WORKLOADS[workload].cohort, peers)

@@ -63,7 +63,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedjax_het import bench
+from fedjax_het.tools import bench
 from fedjax_het.core import batching
 
 

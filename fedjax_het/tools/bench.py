@@ -162,7 +162,7 @@ def client_sizes(workload: Workload, seed: int = 0) -> np.ndarray:
   return np.full(workload.num_clients, workload.examples_per_client, np.int32)
 
 
-def _times(step: Callable[[Any], Any], state, rounds: int) -> tuple[list, Any]:
+def time_calls(step: Callable[[Any], Any], state, rounds: int) -> tuple[list, Any]:
   """Seconds of `rounds` calls of `state = step(state)` after a warm-up call."""
   state = jax.block_until_ready(step(state))
   seconds = []
@@ -184,9 +184,9 @@ def matmul_case() -> tuple[Callable, jax.Array, float]:
 def measure_machine() -> dict:
   """Best-of-5 f32 matmul FLOP/s and copy bandwidth (bytes read + written) of the default device."""
   matmul, a, matmul_flops = matmul_case()
-  matmul_s = min(_times(matmul, a, 5)[0])
+  matmul_s = min(time_calls(matmul, a, 5)[0])
   x = jnp.zeros((1 << 26,), jnp.float32)  # 256 MiB
-  copy_s = min(_times(jax.jit(lambda v: v + 1.0), x, 5)[0])
+  copy_s = min(time_calls(jax.jit(lambda v: v + 1.0), x, 5)[0])
   return {'matmul_flops_per_s': matmul_flops / matmul_s,
           'copy_bytes_per_s': 2 * x.nbytes / copy_s}
 
@@ -232,7 +232,7 @@ def centralized_program(workload: Workload, model, params,
 def centralized(workload: Workload, model, params, rounds: int) -> dict:
   """The centralised limit: best of up to 5 runs of `centralized_program`, and its cost."""
   run_all, flops, bytes_accessed = centralized_program(workload, model, params)
-  seconds, _ = _times(run_all, params, max(1, min(rounds, 5)))
+  seconds, _ = time_calls(run_all, params, max(1, min(rounds, 5)))
   steps = cohort_steps(workload)
   return {'centralized_s': min(seconds), 'round_flops': flops * steps,
           'round_bytes_accessed': bytes_accessed * steps}
@@ -331,7 +331,7 @@ def federated_round(workload: Workload, backend: str, algorithm: str, rounds: in
     fractions.append(metrics['useful_step_fraction'])
     return s
 
-  seconds, _ = _times(one_round, state, rounds)
+  seconds, _ = time_calls(one_round, state, rounds)
   return {'backend': runner.backend,
           'devices': 1 if runner.mesh is None else int(runner.mesh.devices.size),
           'seconds': seconds,
@@ -417,7 +417,7 @@ def host_round(workload: Workload, backend: str, algorithm: str, rounds: int,
       fractions.append(metrics['useful_step_fraction'])
       return s
 
-    seconds, _ = _times(step, state, rounds)
+    seconds, _ = time_calls(step, state, rounds)
     row_bytes = (data.x.nbytes + data.y.nbytes) // len(data.y)
     counts = np.asarray(data.counts)
   return {'backend': runner.backend,
