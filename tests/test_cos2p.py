@@ -61,7 +61,8 @@ def test_stale_client_trains_from_its_dispatch_model():
   inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
                         algorithm.round_inputs(2, 1))
   plans = algorithm.plan_round(state, data, inputs)
-  assert int(plans.extras['staleness'][2]) == 2 and bool(plans.active[2])
+  assert int(plans.extras['clock']['staleness'][2]) == 2
+  assert bool(plans.active[2])
   table = algorithm.start_models(state, plans)
   chex.assert_trees_all_equal(jax.tree.map(lambda t: t[2], table), w0)
   round0_key = jax.random.fold_in(jax.random.fold_in(jax.random.split(

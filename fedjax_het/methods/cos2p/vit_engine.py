@@ -29,20 +29,23 @@ The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
 at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
 (`clock.mu`, `clock.t_clk`, `clock.tau_max`: the shared `clock` section,
 `parts.clock.ClockOptions`), and stragglers arrive in later rounds with
-staleness τ. The schedule is simulated on the host and enters the compiled
-rounds as round inputs (`parts.clock.schedule_inputs`); slot n of every
-round is client n, active when its update arrives; it trains lazily at
-arrival from the global model of its dispatch round (`extras['start']`
-row n, `parts.clock.start_table`), with its key (`parts.clock.dispatch_key`)
-and window drawn from the dispatch round, which gives the same result as
-training at dispatch (the client's state cannot change while it is busy).
-A client round costs the fixed `clock.client_seconds`, or the analytic cost
-model (`systems.vit_cost.round_seconds`) of the client's window at width R_w on
-its device type, times a lognormal jitter (`clock.jitter`). The engine
-builds this schedule itself; the base class's generic clock part (FedAvg's,
-`local_steps` seconds per round) is not built, and the generic part's
-staleness weights (`clock.staleness_weight`, `staleness_exponent`) are
-refused: Co-S²P weighs stale updates by Eq. 4 (`cos2p.weighting`).
+staleness τ. The engine runs on the clock part (`virtual_clock`, a
+`parts.clock.VirtualClock`): the schedule is simulated on the host and
+enters the compiled rounds as round inputs (`parts.clock.schedule_inputs`,
+`extras['clock']` of the plans); slot n of every round is client n, active
+when its update arrives; it trains lazily at arrival from the global model
+of its dispatch round (`extras['start']` row n, the part's start table),
+with its key (`parts.clock.dispatch_key`) and window drawn from the
+dispatch round, which gives the same result as training at dispatch (the
+client's state cannot change while it is busy). The part's round-time
+model is the engine's (`round_durations`): a client round costs the fixed
+`clock.client_seconds`, or the analytic cost model
+(`systems.vit_cost.round_seconds`) of the client's window at width R_w on
+its device type, times a lognormal jitter (`clock.jitter`); the generic
+one (FedAvg's, `local_steps` seconds per round) is not used, and the
+generic part's staleness weights (`clock.staleness_weight`,
+`staleness_exponent`) are refused: Co-S²P weighs stale updates by Eq. 4
+(`cos2p.weighting`).
 
 A round: E epochs (`epochs`) of `client_optimizer` (Adan with proximal
 weight decay, or SGD) on the client's submodel with the cross-entropy
@@ -188,9 +191,9 @@ class VitOnClock(FederatedAlgorithm):
   their own client program, state and server rule."""
 
   # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
-  # the engine builds its schedule itself (`make_schedule`, with the
-  # analytic cost model), so the base class's generic clock part is not
-  # built (`_clock_part` returns None).
+  # the engine builds the clock part itself (`virtual_clock`, with its
+  # round-time model `round_durations`), so the base class does not build
+  # it with the generic one (`_clock_part` returns None).
   option_groups = (Cos2pOptions, clock_part.ClockOptions)
   schedule_depends_on_rounds = True
   own_server_rule = ('a ViT method aggregates by its own rule: entries '
@@ -287,15 +290,22 @@ class VitOnClock(FederatedAlgorithm):
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
             (1,) + data.feature_shape))['params'])
     self.specs = vit.segment_specs(self.template)
-    self.schedule = self.make_schedule()
+    self.virtual_clock = clock_part.VirtualClock(
+        self.clock_options, num_clients=n, rounds=config.rounds,
+        duration=self.round_durations())
 
   # ---- the virtual clock -----------------------------------------------------
   @classmethod
   def part_types(cls) -> tuple[type, ...]:
-    """None: the engine builds its own schedule from the `clock` section
-    (`make_schedule`, the analytic cost model), not the generic clock part
-    (`local_steps` seconds per round)."""
+    """None composed: the engine builds the clock part itself
+    (`virtual_clock`, with its round-time model `round_durations`), not the
+    generic one (`local_steps` seconds per round)."""
     return ()
+
+  @property
+  def schedule(self) -> clock.Schedule:
+    """The clock's schedule (`virtual_clock.schedule`)."""
+    return self.virtual_clock.schedule
 
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""
@@ -329,11 +339,11 @@ class VitOnClock(FederatedAlgorithm):
     """`duration(client, dispatch_round, index)` of a client round: the fixed
     `client_seconds`, or the analytic model (`systems.vit_cost.round_seconds`)
     of `cost_submodel` on the client's device type."""
-    o, rounds = self.options, self.config.rounds
+    o = self.options
     if self.clock_options.client_seconds:
-      seconds = per_client('clock.client_seconds',
-                           self.clock_options.client_seconds, self.num_clients)
-      return clock.fixed_durations([[s] * rounds for s in seconds])
+      return clock_part.fixed_seconds(self.clock_options,
+                                      num_clients=self.num_clients,
+                                      rounds=self.config.rounds)
     shape = self.cost_shape()
     devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
     devices = [dataclasses.replace(d, speed=d.speed * o.speed_scale)
@@ -359,25 +369,17 @@ class VitOnClock(FederatedAlgorithm):
     return clock.with_jitter(self.client_round_seconds(),
                              self.clock_options.jitter, self.config.seed)
 
-  def make_schedule(self) -> clock.Schedule:
-    """The clock over all rounds (`systems.clock.simulate`)."""
-    o = self.clock_options
-    return clock.simulate(self.round_durations(), num_clients=self.num_clients,
-                          rounds=self.config.rounds, mu=o.mu, t_clk=o.t_clk,
-                          tau_max=None if o.tau_max < 0 else o.tau_max)
-
   def round_inputs(self, first: int, count: int) -> dict:
-    """Rounds [first, first + count) of the schedule, as compiled-round xs;
-    'redispatch': the clients dispatched again at the next round's start
-    (their update arrived or was dropped)."""
-    return clock_part.schedule_inputs(self.schedule, first, count)
+    """Rounds [first, first + count) of the clock, as compiled-round xs
+    (`parts.clock.schedule_inputs`)."""
+    return self.virtual_clock.round_inputs(first, count)
 
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
     staleness) and, per client, its mean virtual seconds per round and, for
     square images, the analytic memory of its window at offset 0 (params,
     gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
-    facts = clock_part.schedule_facts(self.schedule, self.config.rounds)
+    facts = self.virtual_clock.summary_facts()
     if self.data_shape[0] == self.data_shape[1]:
       shape = self.cost_shape()
       facts['client_memory_bytes'] = [
@@ -411,7 +413,8 @@ class VitOnClock(FederatedAlgorithm):
 
     `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
     'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
-    {kind: [N, L, U]} and the clock's inputs of the round."""
+    {kind: [N, L, U]} and the clock's inputs of the round, 'clock' (as the
+    clock part's plans carry them, `parts.clock.VirtualClock`)."""
     del data
     n = self.num_clients
     if inputs is None:
@@ -434,10 +437,7 @@ class VitOnClock(FederatedAlgorithm):
         'teacher': offset + depth - 1, 'offset': offset,
         'width': jnp.asarray(self.width, jnp.float32),
         'units': self.round_units(dispatch, keys),
-        'busy_seconds': inputs['busy_seconds'],
-        'window_seconds': inputs['window_seconds'],
-        'staleness': inputs['staleness'],
-        'redispatch': inputs['redispatch'],
+        'clock': inputs,
     }
     return ClientPlan(
         client_id=ids, key=keys,
@@ -483,14 +483,15 @@ class VitOnClock(FederatedAlgorithm):
                       for k, s in self.model.unit_shapes().items()}}
 
   def init_extras(self, params: PyTree) -> PyTree:
-    """'start': row n the model client n was dispatched with (w_0 for all)."""
-    return {'start': clock_part.start_table(params, self.num_clients)}
+    """The clock's start table 'start': row n the model client n was
+    dispatched with (w_0 for all)."""
+    return self.virtual_clock.init_extras(params, None)
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
     """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
     client n, `plans.start_model[n] = n`)."""
     del plans
-    return state.extras['start']
+    return self.virtual_clock.start_models(state)
 
   # ---- the client program ----------------------------------------------------
   def client_optimizer(self) -> program.OptimizerFactory:
@@ -570,11 +571,9 @@ class VitOnClock(FederatedAlgorithm):
     delta = jax.tree.map(jnp.negative, outputs.delta)       # w_end − w_start
     update = self.update(state, plans, delta, outputs.client_state['units'])
     params = jax.tree.map(jnp.add, state.params, update)
-    start = clock_part.redispatch(state.extras['start'], plans.client_id,
-                                  plans.extras['redispatch'], params)
-    return state.replace(params=params,
-                         extras={**state.extras, 'start': start},
-                         clients=self.next_clients(state, plans, outputs))
+    return self.virtual_clock.finish(state.replace(
+        params=params, clients=self.next_clients(state, plans, outputs)),
+                                     plans)
 
   def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
              units: dict) -> PyTree:
@@ -608,13 +607,12 @@ class VitOnClock(FederatedAlgorithm):
     active = plans.is_active()
     down, up = jax.vmap(self.transfer_bytes)(outputs.client_state['units'],
                                              plans.extras)
-    return {
+    return self.virtual_clock.metrics({
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
         'bytes_up': jnp.sum(jnp.where(active, up, 0.0)),
-        **clock_part.round_metrics(plans.extras, active),
-    }
+    }, plans, outputs)
 
   # ---- evaluation --------------------------------------------------------------
   def state_evaluator(self, split):
