@@ -155,6 +155,56 @@ _SECTIONS = {'cos2p': (Cos2pOptions, "it is Co-S²P's own or another ViT "
                        "updates by their own rule, Co-S²P's cos2p.weighting")}
 
 
+# ---- windows (host numpy; `window_offsets` also traced) ----------------------
+def client_windows(budgets: np.ndarray, layers: int, ratio: float, *,
+                   full_width: bool = False,
+                   full_depth: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """(D_n int32 [N], R_w float64 [N]) of the budgets R_n [N] on a ViT of
+  L = `layers` blocks (module docstring): R_w = √(R·ρ), R_d = √(R/ρ), each
+  at most 1, D_n = ⌊L·R_d⌋; `full_depth` R_d = 1 (FedRolex's clients),
+  `full_width` R_w = R_d = 1 (the whole model). ConfigError where a budget
+  leaves no block."""
+  width = np.sqrt(budgets * ratio).clip(max=1.0)
+  depth_rate = np.sqrt(budgets / ratio).clip(max=1.0)
+  if full_width:
+    width = np.ones(len(budgets))
+  if full_depth or full_width:
+    depth_rate = np.ones(len(budgets))
+  depth = np.floor(layers * depth_rate + 1e-9).astype(np.int32)
+  if (depth < 1).any():
+    bad = int(np.argmin(depth))
+    raise ConfigError(
+        f'client {bad}\'s budget {budgets[bad]:g} leaves ⌊L·R_d⌋ = 0 '
+        f'trainable blocks of L = {layers}; raise the budget or the '
+        'width_depth_ratio.')
+  return depth, width
+
+
+def window_offsets(dispatch_round, depths: np.ndarray, layers: int,
+                   mode: str):
+  """h per client (int [N]) for models dispatched in `dispatch_round` (a
+  scalar, or int [N] one per client; numpy or jax), the clients' depths D_n
+  [N] on L = `layers` blocks: frozen blocks below the window, by
+  `depth_offset` `mode` (module docstring)."""
+  if mode == 'none':
+    return dispatch_round * 0 + 0 * depths
+  if mode == 'shared':
+    return dispatch_round % (layers - int(depths.max()) + 1) + 0 * depths
+  return dispatch_round % (layers - depths + 1)
+
+
+def window_submodel(offset: int, depth: int, width: float,
+                    depths: np.ndarray) -> vit_cost.Submodel:
+  """A client's window as the analytic cost model sees it: h = `offset`
+  frozen blocks, D = `depth` trainable ones at width R_w = `width`, an exit
+  after every client depth D_i ≤ D (`depths` [N]), the embedding trained
+  when h = 0."""
+  return vit_cost.Submodel(
+      frozen=offset, trainable=depth, width=vit_cost.Width.uniform(width),
+      exits=int(np.sum(np.unique(depths) <= depth)),
+      train_embedding=offset == 0)
+
+
 def kept_units(count: int, rate: jax.Array) -> jax.Array:
   """⌈rate·count⌉ (at least one) as int32."""
   return jnp.clip(jnp.ceil(rate * count - 1e-6), 1, count).astype(jnp.int32)
@@ -270,19 +320,9 @@ class VitOnClock(FederatedAlgorithm):
     n, o = self.num_clients, self.options
     self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
     self.device_types = per_client('cos2p.device_types', o.device_types, n)
-    self.width = np.sqrt(self.budgets * o.width_depth_ratio).clip(max=1.0)
-    depth_rate = np.sqrt(self.budgets / o.width_depth_ratio).clip(max=1.0)
-    if o.width_masks == 'full':
-      self.width = np.ones(n)
-    if self.full_depth or o.width_masks == 'full':
-      depth_rate = np.ones(n)
-    self.depth = np.floor(model.depth * depth_rate + 1e-9).astype(np.int32)
-    if (self.depth < 1).any():
-      bad = int(np.argmin(self.depth))
-      raise ConfigError(
-          f'client {bad}\'s budget {self.budgets[bad]:g} leaves ⌊L·R_d⌋ = 0 '
-          f'trainable blocks of L = {model.depth}; raise the budget or the '
-          'width_depth_ratio.')
+    self.depth, self.width = client_windows(
+        self.budgets, model.depth, o.width_depth_ratio,
+        full_width=o.width_masks == 'full', full_depth=self.full_depth)
     self.counts = np.asarray(data.counts)
     self.batches = -(-self.counts // config.batch_size)      # ⌈n / B⌉
     self.data_shape = data.feature_shape
@@ -320,14 +360,11 @@ class VitOnClock(FederatedAlgorithm):
 
   def cost_submodel(self, client: int,
                     dispatch_round: int) -> vit_cost.Submodel:
-    """Client `client`'s window at width R_w when dispatched in that round."""
-    offset = int(self.offsets(np.int32(dispatch_round))[client])
-    depth = int(self.depth[client])
-    return vit_cost.Submodel(
-        frozen=offset, trainable=depth,
-        width=vit_cost.Width.uniform(float(self.width[client])),
-        exits=int(np.sum(np.unique(self.depth) <= depth)),
-        train_embedding=offset == 0)
+    """Client `client`'s window at width R_w when dispatched in that round
+    (`window_submodel`)."""
+    return window_submodel(int(self.offsets(np.int32(dispatch_round))[client]),
+                           int(self.depth[client]), float(self.width[client]),
+                           self.depth)
 
   def mask_epochs_charged(self, sub: vit_cost.Submodel,
                           dispatch_round: int) -> int:
@@ -391,13 +428,10 @@ class VitOnClock(FederatedAlgorithm):
   # ---- windows ---------------------------------------------------------------
   def offsets(self, dispatch_round):
     """h per client for models dispatched in `dispatch_round` (a scalar, or
-    int [N] one per client; numpy or jax): frozen blocks below the window."""
-    L = self.model.depth
-    if self.options.depth_offset == 'none':
-      return dispatch_round * 0 + 0 * self.depth
-    if self.options.depth_offset == 'shared':
-      return dispatch_round % (L - int(self.depth.max()) + 1) + 0 * self.depth
-    return dispatch_round % (L - self.depth + 1)
+    int [N] one per client; numpy or jax): frozen blocks below the window
+    (`window_offsets`)."""
+    return window_offsets(dispatch_round, self.depth, self.model.depth,
+                          self.options.depth_offset)
 
   def exit_positions(self, offset: jax.Array, depth: jax.Array) -> jax.Array:
     """bool [L]: exits after h + D_i − 1 for every client depth D_i ≤ D."""
