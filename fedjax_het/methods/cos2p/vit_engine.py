@@ -605,9 +605,9 @@ class VitOnClock(FederatedAlgorithm):
     delta = jax.tree.map(jnp.negative, outputs.delta)       # w_end − w_start
     update = self.update(state, plans, delta, outputs.client_state['units'])
     params = jax.tree.map(jnp.add, state.params, update)
-    return self.virtual_clock.finish(state.replace(
-        params=params, clients=self.next_clients(state, plans, outputs)),
-                                     plans)
+    new = state.replace(params=params,
+                        clients=self.next_clients(state, plans, outputs))
+    return self.virtual_clock.finish(new, plans)
 
   def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
              units: dict) -> PyTree:
