@@ -86,7 +86,7 @@ def test_the_clock_takes_a_round_time_model_and_follows_its_changes():
       options, num_clients=3, rounds=ROUNDS,
       duration=lambda client, dispatch_round, index: seconds[client])
   default, _, _ = build(asynchronous('fedavg'))
-  for key, value in default.round_inputs(0, ROUNDS).items():
+  for key, value in default.round_inputs(0, ROUNDS)['clock'].items():
     np.testing.assert_array_equal(part.round_inputs(0, ROUNDS)[key], value)
   seconds[2] = 0.5
   assert part.summary_facts()['virtual_time_s'] == 3.0

@@ -47,9 +47,9 @@ round-time model (the analytic ViT cost model where `client_seconds` is
 empty, `fixed_seconds` where it is set, times the jitter); Co-S²P's model
 charges the masks its clients learn and changes as rounds are charged, so
 it simulates the clock again after each charge (`VirtualClock.simulate`).
-The engine reads the part's schedule inputs, facts, start table, keys,
-redispatch and metrics (`VirtualClock.init_extras`, `start_models`,
-`finish`, `metrics`); it refuses `staleness_weight` and
+The engine is not composed with the part (it plans its rounds itself) but
+holds one (`OnClock`) and calls its hooks for the schedule inputs, facts,
+start table, redispatch and metrics, with the same keys; it refuses `staleness_weight` and
 `staleness_exponent` (Co-S²P weighs stale updates by its Eq. 4,
 `cos2p.weighting`). `FederatedAlgorithm` runs any other method that lists
 `ClockOptions` under the clock when the section is not at its defaults
@@ -153,9 +153,7 @@ def step_durations(options: ClockOptions, *, num_clients: int, rounds: int,
 
 
 class VirtualClock:
-  """The part: the schedule of a run's rounds on the host, and what a
-  round on the clock reads and writes (the start table, the plans' clock
-  inputs, the metrics).
+  """The host side of the part: the schedule of a run's rounds.
 
   Args:
     options: the `clock` section.
@@ -201,29 +199,6 @@ class VirtualClock:
 
   def summary_facts(self) -> dict:
     return schedule_facts(self.schedule, self.rounds)
-
-  # ---- the round's hooks: plans carry the round's row in extras['clock'] ----
-  def init_extras(self, params: PyTree, extras: PyTree) -> dict:
-    """`extras` with the start table 'start' (`start_table`)."""
-    return {**(extras or {}),
-            'start': start_table(params, self.num_clients)}
-
-  def start_models(self, state) -> PyTree:
-    """The start table: slot j starts from row `plan.start_model[j]`."""
-    return state.extras['start']
-
-  def finish(self, state, plans):
-    """`state` (after the server step, params w_{q+1}) with w_{q+1} in the
-    rows of the clients dispatched again (`redispatch`)."""
-    start = redispatch(state.extras['start'], plans.client_id,
-                       plans.extras['clock']['redispatch'], state.params)
-    return state.replace(extras={**state.extras, 'start': start})
-
-  def metrics(self, metrics: dict, plans, outputs) -> dict:
-    """`metrics` and the clock's (`round_metrics`)."""
-    del outputs
-    return {**metrics,
-            **round_metrics(plans.extras['clock'], plans.is_active())}
 
 
 # ---- host: schedule → round inputs and facts --------------------------------
@@ -338,7 +313,9 @@ class OnClock(parts.Part):
 
   On for a method listing it when `config.clock` leaves its defaults; every
   idle client is dispatched (Alg. 1), so the run needs clients_per_round =
-  num_clients and uniform sampling.
+  num_clients and uniform sampling. The ViT engine holds one with its own
+  round-time model (`VirtualClock`'s `duration`) and calls every hook but
+  `plan_round` and `weigh` itself (`methods/cos2p/vit_engine.py`).
   """
   name = 'clock'
   takes_over = frozenset({'plan_round'})

@@ -29,11 +29,11 @@ The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
 at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
 (`clock.mu`, `clock.t_clk`, `clock.tau_max`: the shared `clock` section,
 `parts.clock.ClockOptions`), and stragglers arrive in later rounds with
-staleness τ. The engine runs on the clock part (`virtual_clock`, a
-`parts.clock.VirtualClock`): the schedule is simulated on the host and
-enters the compiled rounds as round inputs (`parts.clock.schedule_inputs`,
-`extras['clock']` of the plans); slot n of every round is client n, active
-when its update arrives; it trains lazily at arrival from the global model
+staleness τ. The engine holds the clock part (`on_clock`, a
+`parts.clock.OnClock`) and calls its hooks, but plans the rounds itself:
+the schedule is simulated on the host and enters the compiled rounds as
+round inputs (`parts.clock.schedule_inputs`, `extras['clock']` of the
+plans); slot n of every round is client n, active when its update arrives; it trains lazily at arrival from the global model
 of its dispatch round (`extras['start']` row n, the part's start table),
 with its key (`parts.clock.dispatch_key`) and window drawn from the
 dispatch round, which gives the same result as training at dispatch (the
@@ -241,9 +241,9 @@ class VitOnClock(FederatedAlgorithm):
   their own client program, state and server rule."""
 
   # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
-  # the engine builds the clock part itself (`virtual_clock`, with its
-  # round-time model `round_durations`), so the base class does not build
-  # it with the generic one (`_clock_part` returns None).
+  # the engine builds the clock part itself (`on_clock`, with its
+  # round-time model `round_durations`), so none is composed
+  # (`part_types`).
   option_groups = (Cos2pOptions, clock_part.ClockOptions)
   schedule_depends_on_rounds = True
   own_server_rule = ('a ViT method aggregates by its own rule: entries '
@@ -330,22 +330,22 @@ class VitOnClock(FederatedAlgorithm):
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
             (1,) + data.feature_shape))['params'])
     self.specs = vit.segment_specs(self.template)
-    self.virtual_clock = clock_part.VirtualClock(
+    self.on_clock = clock_part.OnClock(clock_part.VirtualClock(
         self.clock_options, num_clients=n, rounds=config.rounds,
-        duration=self.round_durations())
+        duration=self.round_durations()), n)
 
   # ---- the virtual clock -----------------------------------------------------
   @classmethod
   def part_types(cls) -> tuple[type, ...]:
-    """None composed: the engine builds the clock part itself
-    (`virtual_clock`, with its round-time model `round_durations`), not the
-    generic one (`local_steps` seconds per round)."""
+    """None composed: the engine builds the clock part itself (`on_clock`,
+    with its round-time model `round_durations`, not the generic one of
+    `local_steps` seconds per round) and plans its rounds itself."""
     return ()
 
   @property
   def schedule(self) -> clock.Schedule:
-    """The clock's schedule (`virtual_clock.schedule`)."""
-    return self.virtual_clock.schedule
+    """The clock's schedule (`on_clock.clock`, a `VirtualClock`)."""
+    return self.on_clock.clock.schedule
 
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""
@@ -409,14 +409,14 @@ class VitOnClock(FederatedAlgorithm):
   def round_inputs(self, first: int, count: int) -> dict:
     """Rounds [first, first + count) of the clock, as compiled-round xs
     (`parts.clock.schedule_inputs`)."""
-    return self.virtual_clock.round_inputs(first, count)
+    return self.on_clock.round_inputs(first, count)
 
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
     staleness) and, per client, its mean virtual seconds per round and, for
     square images, the analytic memory of its window at offset 0 (params,
     gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
-    facts = self.virtual_clock.summary_facts()
+    facts = self.on_clock.facts()
     if self.data_shape[0] == self.data_shape[1]:
       shape = self.cost_shape()
       facts['client_memory_bytes'] = [
@@ -471,7 +471,7 @@ class VitOnClock(FederatedAlgorithm):
         'teacher': offset + depth - 1, 'offset': offset,
         'width': jnp.asarray(self.width, jnp.float32),
         'units': self.round_units(dispatch, keys),
-        'clock': inputs,
+        self.on_clock.name: inputs,
     }
     return ClientPlan(
         client_id=ids, key=keys,
@@ -519,13 +519,13 @@ class VitOnClock(FederatedAlgorithm):
   def init_extras(self, params: PyTree) -> PyTree:
     """The clock's start table 'start': row n the model client n was
     dispatched with (w_0 for all)."""
-    return self.virtual_clock.init_extras(params, None)
+    return self.on_clock.init_extras(params, None)
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
     """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
     client n, `plans.start_model[n] = n`)."""
     del plans
-    return self.virtual_clock.start_models(state)
+    return self.on_clock.start_models(state)
 
   # ---- the client program ----------------------------------------------------
   def client_optimizer(self) -> program.OptimizerFactory:
@@ -607,7 +607,7 @@ class VitOnClock(FederatedAlgorithm):
     params = jax.tree.map(jnp.add, state.params, update)
     new = state.replace(params=params,
                         clients=self.next_clients(state, plans, outputs))
-    return self.virtual_clock.finish(new, plans)
+    return self.on_clock.finish(state, new, plans)
 
   def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
              units: dict) -> PyTree:
@@ -641,7 +641,7 @@ class VitOnClock(FederatedAlgorithm):
     active = plans.is_active()
     down, up = jax.vmap(self.transfer_bytes)(outputs.client_state['units'],
                                              plans.extras)
-    return self.virtual_clock.metrics({
+    return self.on_clock.metrics({
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
