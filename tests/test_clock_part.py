@@ -26,6 +26,7 @@ from fedjax_het.methods import ALGORITHMS
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientPlan
 from fedjax_het.options import ConfigError
+from fedjax_het.parts import clock as clock_part
 from fedjax_het.submodel import width
 
 SECONDS = (1.0, 1.5, 2.5)
@@ -73,6 +74,39 @@ def test_round_inputs_are_the_hand_written_schedule():
                                 [1.0, 0.5, 0.5, 0.5, 0.5])
   facts = algorithm.summary_facts()
   assert facts['virtual_time_s'] == 3.0 and facts['max_staleness'] == 3
+
+
+def test_the_clock_takes_a_round_time_model_and_follows_its_changes():
+  """`duration` replaces the default model: SECONDS as a model is the
+  hand-written schedule; a model changed after the clock was built (client
+  2 now takes 0.5 s) is the schedule again only once `simulate` runs."""
+  options = clock_part.ClockOptions(mu=1 / 3, jitter=0.0)
+  seconds = list(SECONDS)
+  part = clock_part.VirtualClock(
+      options, num_clients=3, rounds=ROUNDS,
+      duration=lambda client, dispatch_round, index: seconds[client])
+  default, _, _ = build(asynchronous('fedavg'))
+  for key, value in default.round_inputs(0, ROUNDS)['clock'].items():
+    np.testing.assert_array_equal(part.round_inputs(0, ROUNDS)[key], value)
+  seconds[2] = 0.5
+  assert part.summary_facts()['virtual_time_s'] == 3.0
+  # Round 0 closes at t = 0.5 on client 2's arrival, round 1 at 1.0 on
+  # client 0's, which also takes client 2's (dispatched again at 0.5, it
+  # finishes at the window's end, 1.0).
+  schedule = part.simulate()
+  assert part.schedule is schedule
+  np.testing.assert_array_equal(schedule.end_time[:2], [0.5, 1.0])
+  np.testing.assert_array_equal(schedule.arrivals[:2],
+                                [[False, False, True], [True, False, True]])
+
+
+@pytest.mark.parametrize('arguments', [
+    {}, {'local_steps': 2}, {'local_steps': 2, 'seed': 0, 'duration': max}])
+def test_the_clock_takes_one_round_time_model(arguments):
+  with pytest.raises(ValueError, match='either a duration model or the '
+                     'local steps and seed'):
+    clock_part.VirtualClock(clock_part.ClockOptions(), num_clients=2,
+                            rounds=1, **arguments)
 
 
 def assert_start_rows(state, expected) -> None:

@@ -12,6 +12,7 @@ from fedjax_het import run
 from fedjax_het.methods.cos2p import budget_masks, vit_engine
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.options import ConfigError
+from fedjax_het.parts import clock as clock_part
 from script_utils import load_script
 
 def cos2p_config(clock=(), **cos2p_options):
@@ -61,12 +62,33 @@ def test_stale_client_trains_from_its_dispatch_model():
   inputs = jax.tree.map(lambda x: jnp.asarray(x[0]),
                         algorithm.round_inputs(2, 1))
   plans = algorithm.plan_round(state, data, inputs)
-  assert int(plans.extras['staleness'][2]) == 2 and bool(plans.active[2])
+  assert int(plans.extras['clock']['staleness'][2]) == 2
+  assert bool(plans.active[2])
   table = algorithm.start_models(state, plans)
   chex.assert_trees_all_equal(jax.tree.map(lambda t: t[2], table), w0)
   round0_key = jax.random.fold_in(jax.random.fold_in(jax.random.split(
       jax.random.fold_in(state.key, 0))[1], 2), 0)
   np.testing.assert_array_equal(plans.key[2], round0_key)
+
+
+def test_the_engines_clock_with_fixed_seconds_is_the_generic_part():
+  """One clock: with `clock.client_seconds` set, the ViT engine's part and
+  the generic one of the same section (FedAvg's, whose default seconds the
+  fixed ones replace) give the same round inputs and facts, jitter and
+  stragglers included."""
+  config = cos2p_config(clock=dict(client_seconds=(1.0, 1.5, 2.5, 4.0),
+                                   mu=0.5, t_clk=0.2, jitter=0.3))
+  config.rounds = 6
+  algorithm, _, _ = build(config)
+  generic = clock_part.VirtualClock(
+      algorithm.clock_options, num_clients=4, rounds=6, local_steps=7,
+      seed=config.seed)
+  assert algorithm.schedule.max_staleness > 0
+  chex.assert_trees_all_equal(algorithm.round_inputs(0, 6),
+                              generic.round_inputs(0, 6))
+  facts = algorithm.summary_facts()
+  del facts['client_memory_bytes']
+  assert facts == generic.summary_facts()
 
 
 def test_staleness_weights_match_a_hand_computation():

@@ -1,8 +1,13 @@
-"""The analytic ViT cost model (Co-S²P spec §6, Tab. 4, 6, 7) and the RU fit."""
+"""The analytic ViT cost model (Co-S²P spec §6, Tab. 4, 6, 7) of the ViT
+engine's windows, and the RU fit."""
 import math
 
+import numpy as np
 import pytest
 
+from fedjax_het.methods.cos2p.vit_engine import (client_windows,
+                                                 window_offsets,
+                                                 window_submodel)
 from fedjax_het.options import ConfigError
 from fedjax_het.systems import vit_cost as vc
 from script_utils import load_script
@@ -46,9 +51,19 @@ def test_small_vit_counts_by_hand():
                                                    64 + 16)
 
 
-def test_full_width_full_depth_is_the_full_model():
+def engine_windows(shape, budgets, dispatch_round, **flags):
+  """Every client's window on the engine (`vit_engine.client_windows`,
+  ρ = 1, the shared offset) as the cost model sees it."""
+  depths, widths = client_windows(np.asarray(budgets, np.float64),
+                                  shape.depth, 1.0, **flags)
+  offsets = window_offsets(dispatch_round, depths, shape.depth, 'shared')
+  return [window_submodel(int(h), int(d), float(w), depths)
+          for h, d, w in zip(offsets, depths, widths)]
+
+
+def test_the_engines_full_window_is_the_full_model():
   for shape in (*vc.PAPER_VITS.values(), SMALL):
-    full = vc.fedrolex_submodel(shape, 1.0)
+    full, = engine_windows(shape, [0.25], 3, full_width=True)
     cost = vc.client_cost(shape, full, batch=1)
     assert cost.params_frozen == 0
     assert cost.params_trainable == vc.model_params(shape)
@@ -105,24 +120,42 @@ def test_round_seconds_follows_the_spec_formula():
     (8, 0.0625, 2, 0.25), (8, 0.5625, 6, 0.75),
     (16, 0.015625, 2, 0.125), (16, 0.0625, 4, 0.25), (16, 0.25, 8, 0.5),
     (16, 0.5625, 12, 0.75), (12, 0.0625, 3, 0.25), (12, 0.5625, 9, 0.75)])
-def test_depth_and_width_of_the_paper_budgets(depth, budget, blocks, width):
-  assert vc.depth_and_width(budget, depth) == (blocks, pytest.approx(width))
+def test_engine_windows_of_the_paper_budgets(depth, budget, blocks, width):
+  depths, widths = client_windows(np.array([budget]), depth, 1.0)
+  assert depths.tolist() == [blocks] and widths.tolist() == [width]
 
 
 def test_width_depth_ratio():
-  # ρ = 4: R_w = √(0.25·4) = 1, R_d = √(0.25/4) = 0.25.
-  assert vc.depth_and_width(0.25, 16, ratio=4.0) == (4, pytest.approx(1.0))
-  assert vc.depth_and_width(0.25, 16, ratio=0.25) == (16, pytest.approx(0.25))
+  # ρ = 4: R_w = √(0.25·4) = 1, R_d = √(0.25/4) = 0.25; a rate above 1 is
+  # clipped: R = ½, ρ = 4 gives R_w = √2 → 1 and R_d = √⅛, ⌊8·0.354⌋ = 2.
+  for budget, layers, ratio, blocks, width in [(0.25, 16, 4.0, 4, 1.0),
+                                               (0.25, 16, 0.25, 16, 0.25),
+                                               (0.5, 8, 4.0, 2, 1.0)]:
+    depths, widths = client_windows(np.array([budget]), layers, ratio)
+    assert depths.tolist() == [blocks] and widths.tolist() == [width]
 
 
 def test_cos2p_windows_share_a_rolling_offset():
   shape = vc.PAPER_VITS['vit_tiny']
   budgets = [0.0625, 0.5625, 0.5625]
   for q, offset in [(0, 0), (1, 1), (2, 2), (3, 0), (7, 1)]:
-    subs = vc.cos2p_submodels(shape, budgets, q)
+    subs = engine_windows(shape, budgets, q)
     assert [s.frozen for s in subs] == [offset] * 3
     assert [s.trainable for s in subs] == [2, 6, 6]
     assert [s.exits for s in subs] == [1, 2, 2]
+    assert [s.width for s in subs] == [vc.Width.uniform(0.25)] + [
+        vc.Width.uniform(0.75)] * 2
+    assert [s.train_embedding for s in subs] == [offset == 0] * 3
+
+
+def test_fedrolex_windows_train_the_full_depth_with_the_embedding():
+  shape = vc.PAPER_VITS['vit_base']
+  for q in (0, 5):
+    subs = engine_windows(shape, [0.0625, 0.5625], q, full_depth=True)
+    assert [(s.frozen, s.trainable, s.exits, s.train_embedding)
+            for s in subs] == [(0, 12, 1, True)] * 2
+    assert [s.width for s in subs] == [vc.Width.uniform(0.25),
+                                       vc.Width.uniform(0.75)]
 
 
 def test_fit_hits_the_papers_fedavg_ru():
@@ -165,10 +198,8 @@ def test_device_speeds_can_be_overridden():
     (lambda: vc.ViTShape(2, 32, 64, 4, 3, 8), 'image 8 must be divisible'),
     (lambda: vc.ViTShape(0, 32, 64, 4, 4, 8), 'depth must be a positive'),
     (lambda: vc.Width(heads=0.0), r'width.heads must be in \(0, 1\]'),
-    (lambda: vc.depth_and_width(0.0, 8), r'budget must be in \(0, 1\]'),
-    (lambda: vc.depth_and_width(1.5, 8), r'budget must be in \(0, 1\]'),
-    (lambda: vc.depth_and_width(0.01, 8), 'budget 0.01 leaves no trainable'),
-    (lambda: vc.depth_and_width(0.5, 8, ratio=4.0), 'width_depth_ratio 4.0'),
+    (lambda: client_windows(np.array([1.0, 0.01]), 8, 1.0),
+     r"client 1's budget 0.01 leaves ⌊L·R_d⌋ = 0 trainable blocks of L = 8"),
     (lambda: vc.device('tx2'), "unknown device type 'tx2'; known types are "
      'nx8, nx16, agx32, agx64'),
     (lambda: vc.device('nx8', {'orin': 1.0}), "unknown device type 'orin'"),

@@ -10,12 +10,15 @@ Paper-experiment helpers on top of the library's analytic cost model
 import dataclasses
 import math
 
+import numpy as np
+
+from fedjax_het.methods.cos2p.vit_engine import (client_windows,
+                                                 window_offsets,
+                                                 window_submodel)
 from fedjax_het.options import ConfigError, in_range
 from fedjax_het.systems import clock
 from fedjax_het.systems.vit_cost import (PAPER_VITS, TRAIN_FRACTION, Submodel,
-                                         ViTShape, client_cost,
-                                         cos2p_submodels, depth_and_width,
-                                         device, fedrolex_submodel,
+                                         ViTShape, client_cost, device,
                                          nx_ratio_speeds, round_seconds)
 
 
@@ -98,23 +101,33 @@ def paper_clients(name: str) -> list[ClientSpec]:
 METHODS = ('fedavg', 'fedrolex', 'cos2p', 'async')
 
 
-def method_submodel(experiment: PaperExperiment, method: str, client: int,
-                    round_index: int) -> Submodel:
-  """Client `client`'s submodel under `method` when dispatched in round q.
-
-  'fedavg': the full model; 'fedrolex': width √R_n, full depth; 'cos2p' and
-  'async': the Co-S²P window (`cos2p_submodels`).
-  """
+def method_windows(experiment: PaperExperiment,
+                   method: str) -> tuple[np.ndarray, np.ndarray]:
+  """(D_n, R_w) of every client under `method`, the ViT engine's
+  (`vit_engine.client_windows`, ρ = 1): 'fedavg' the full model,
+  'fedrolex' width √R_n at full depth, 'cos2p' and 'async' the Co-S²P
+  window."""
   if method not in METHODS:
     raise ConfigError(f'unknown method {method!r}; choose one of '
                       f'{", ".join(METHODS)}.')
-  shape, spec = experiment.shape, experiment.clients[client]
-  if method == 'fedavg':
-    return fedrolex_submodel(shape, 1.0)
-  if method == 'fedrolex':
-    return fedrolex_submodel(shape, spec.budget)
-  budgets = [c.budget for c in experiment.clients]
-  return cos2p_submodels(shape, budgets, round_index)[client]
+  budgets = np.asarray([c.budget for c in experiment.clients], np.float64)
+  return client_windows(budgets, experiment.shape.depth, 1.0,
+                        full_width=method == 'fedavg',
+                        full_depth=method == 'fedrolex')
+
+
+def method_submodel(experiment: PaperExperiment, method: str, client: int,
+                    round_index: int) -> Submodel:
+  """Client `client`'s submodel under `method` when dispatched in round q:
+  the ViT engine's window (`vit_engine.window_submodel`) at the shared
+  rolling offset h(q) = q mod (L − D_max + 1); Co-S²P's clients learn their
+  masks."""
+  depths, widths = method_windows(experiment, method)
+  offset = window_offsets(round_index, depths, experiment.shape.depth,
+                          'shared')[client]
+  sub = window_submodel(int(offset), int(depths[client]),
+                        float(widths[client]), depths)
+  return dataclasses.replace(sub, learns_mask=method in ('cos2p', 'async'))
 
 
 def method_round_seconds(experiment: PaperExperiment, method: str, client: int,
@@ -229,8 +242,7 @@ def compare_devices(experiment: PaperExperiment,
                     ) -> list[DeviceComparison]:
   """Co-S²P vs FedRolex for the first client of each device type."""
   shape = experiment.shape
-  budgets = [c.budget for c in experiment.clients]
-  depth_max = max(depth_and_width(b, shape.depth)[0] for b in budgets)
+  depth_max = int(method_windows(experiment, 'cos2p')[0].max())
   cycle = shape.depth - depth_max + 1  # the offsets h(q) repeat every cycle
   late = range(experiment.mask_rounds, experiment.mask_rounds + cycle)
   early = range(experiment.mask_rounds)

@@ -31,22 +31,29 @@ rounds read, and keeps the stale-model table:
 - the clock's round metrics and summary facts (virtual time, RU in the
   three forms of `systems.clock`, the largest staleness).
 
-Client round times are `client_seconds` (default one second per local step:
-`local_steps` for every client, FedAvg's clients do equal work; a method
-whose clients run unequal steps gives its own, `FederatedAlgorithm.
-clock_default_steps`) times the lognormal jitter;
-they are host-made before the rounds, so the systems part's T_m (drawn in
-the compiled round) sets a client's steps, not its seconds.
+Client round times are a round-time model `duration(client, dispatch_round,
+index) -> seconds` that `VirtualClock` takes: by default (`step_durations`)
+`client_seconds` (default one second per local step: `local_steps` for every
+client, FedAvg's clients do equal work; a method whose clients run unequal
+steps gives its own, `FederatedAlgorithm.clock_default_steps`) times the
+lognormal jitter; they are host-made before the rounds, so the systems
+part's T_m (drawn in the compiled round) sets a client's steps, not its
+seconds.
 
 The ViT engine of Co-S²P and its baselines (`methods/cos2p/vit_engine.py`)
 reads the same section (`clock.mu`, `t_clk`, `tau_max`, `client_seconds`,
-`jitter`), is always on the clock, builds its schedule itself with the
-analytic ViT cost model where `client_seconds` is empty, and uses the same
-schedule inputs, start table, keys, metrics and facts; it refuses
-`staleness_weight` and `staleness_exponent` (Co-S²P weighs stale updates by
-its Eq. 4, `cos2p.weighting`). `FederatedAlgorithm` runs any other method
-that lists `ClockOptions` under the clock when the section is not at its
-defaults (`base.py`'s module docstring gives the reading).
+`jitter`), is always on the clock, and builds this part with its own
+round-time model (the analytic ViT cost model where `client_seconds` is
+empty, `fixed_seconds` where it is set, times the jitter); Co-S²P's model
+charges the masks its clients learn and changes as rounds are charged, so
+it simulates the clock again after each charge (`VirtualClock.simulate`).
+The engine is not composed with the part (it plans its rounds itself) but
+holds one (`OnClock`) and calls its hooks for the schedule inputs, facts,
+start table, redispatch and metrics, with the same keys; it refuses `staleness_weight` and
+`staleness_exponent` (Co-S²P weighs stale updates by its Eq. 4,
+`cos2p.weighting`). `FederatedAlgorithm` runs any other method that lists
+`ClockOptions` under the clock when the section is not at its defaults
+(`base.py`'s module docstring gives the reading).
 """
 import dataclasses
 import math
@@ -124,6 +131,27 @@ def per_client(key: str, values: tuple, num_clients: int) -> tuple:
   return tuple(values)
 
 
+def fixed_seconds(options: ClockOptions, *, num_clients: int, rounds: int,
+                  default: tuple = ()) -> clock.Duration:
+  """Fixed client round times before the jitter: `clock.client_seconds`,
+  or `default` where it is empty (one value for every client, or one per
+  client)."""
+  seconds = per_client('clock.client_seconds',
+                       options.client_seconds or default, num_clients)
+  return clock.fixed_durations([[s] * rounds for s in seconds])
+
+
+def step_durations(options: ClockOptions, *, num_clients: int, rounds: int,
+                   local_steps: int | tuple, seed: int) -> clock.Duration:
+  """The generic part's round-time model: `fixed_seconds` with one second
+  per local step by default (`local_steps`: one value for every client, or
+  one per client), times the lognormal jitter seeded by `seed`."""
+  steps = tuple(float(s) for s in np.atleast_1d(local_steps))
+  return clock.with_jitter(
+      fixed_seconds(options, num_clients=num_clients, rounds=rounds,
+                    default=steps), options.jitter, seed)
+
+
 class VirtualClock:
   """The host side of the part: the schedule of a run's rounds.
 
@@ -131,25 +159,40 @@ class VirtualClock:
     options: the `clock` section.
     num_clients: N (every client is dispatched whenever idle).
     rounds: Q, the rounds simulated.
-    local_steps: the default seconds of a client round (one per local
-      step): one value for every client, or a tuple of one per client.
-    seed: the jitter's seed.
+    local_steps, seed: the default round-time model (`step_durations`).
+    duration: the round-time model instead, `duration(client,
+      dispatch_round, index) -> seconds` with its jitter (e.g. the ViT
+      engine's analytic one); it may change as rounds are charged, and
+      `simulate` follows it.
   """
 
   def __init__(self, options: ClockOptions, *, num_clients: int, rounds: int,
-               local_steps: int | tuple, seed: int):
+               local_steps: int | tuple | None = None,
+               seed: int | None = None,
+               duration: clock.Duration | None = None):
+    default = (local_steps is not None, seed is not None)
+    if all(default) == (duration is not None) or any(default) != all(default):
+      raise ValueError('VirtualClock takes either a duration model or the '
+                       'local steps and seed of the default one.')
+    if duration is None:
+      duration = step_durations(options, num_clients=num_clients,
+                                rounds=rounds, local_steps=local_steps,
+                                seed=seed)
     self.options = options
-    steps = tuple(float(s) for s in np.atleast_1d(local_steps))
-    seconds = per_client('clock.client_seconds',
-                         options.client_seconds or steps, num_clients)
-    duration = clock.with_jitter(
-        clock.fixed_durations([[s] * rounds for s in seconds]),
-        options.jitter, seed)
-    self.schedule = clock.simulate(
-        duration, num_clients=num_clients, rounds=rounds, mu=options.mu,
-        t_clk=options.t_clk,
-        tau_max=None if options.tau_max < 0 else options.tau_max)
+    self.num_clients = num_clients
     self.rounds = rounds
+    self.duration = duration
+    self.simulate()
+
+  def simulate(self) -> clock.Schedule:
+    """`schedule`: Alg. 1 over the Q rounds with the round-time model as it
+    is now (a model that charges what clients learn, Co-S²P's realised
+    masks, is simulated again after each charge); returned as well."""
+    o = self.options
+    self.schedule = clock.simulate(
+        self.duration, num_clients=self.num_clients, rounds=self.rounds,
+        mu=o.mu, t_clk=o.t_clk, tau_max=None if o.tau_max < 0 else o.tau_max)
+    return self.schedule
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     return schedule_inputs(self.schedule, first, count)
@@ -270,7 +313,9 @@ class OnClock(parts.Part):
 
   On for a method listing it when `config.clock` leaves its defaults; every
   idle client is dispatched (Alg. 1), so the run needs clients_per_round =
-  num_clients and uniform sampling.
+  num_clients and uniform sampling. The ViT engine holds one with its own
+  round-time model (`VirtualClock`'s `duration`) and calls every hook but
+  `plan_round` and `weigh` itself (`methods/cos2p/vit_engine.py`).
   """
   name = 'clock'
   takes_over = frozenset({'plan_round'})

@@ -3,6 +3,9 @@
 Co-S²P windows, FedRolex and FedAvg clients on the paper's Jetson boards, in
 host-side integer arithmetic (no JAX), for any pre-norm ViT (`ViTShape`): the
 paper's three (Tab. 4, `PAPER_VITS`) and the library's small scaled ones.
+The windows themselves (depth, width, offset of each client) are the ViT
+engine's (`methods/cos2p/vit_engine.py`: `client_windows`, `window_offsets`,
+`window_submodel`); this module costs a `Submodel` it is given.
 
 Model. T = (image/patch)² + 1 tokens (with CLS), head dim hd = D/H. A block
 is LN1, qkv Dense D→3·H·hd, attention, out-proj H·hd→D, LN2, fc1 D→M, GELU,
@@ -62,10 +65,6 @@ TRAIN_FRACTION = 0.8  # each client trains on 80% of its data (8:2 split)
 def _ceil(x: float) -> int:
   """⌈x⌉ with a 1e-9 tolerance (0.75·512 stays 384 under rounding)."""
   return math.ceil(x - 1e-9)
-
-
-def _floor(x: float) -> int:
-  return math.floor(x + 1e-9)
 
 
 # ---- shapes ------------------------------------------------------------------
@@ -300,58 +299,6 @@ def client_cost(shape: ViTShape, sub: Submodel, batch: int) -> ClientCost:
                   2 * sub.trainable * block_flops(shape)),
       memory_bytes=BYTES_PER_FLOAT * (params_frozen + OPTIMIZER_COPIES *
                                       params_trainable + activations))
-
-
-def depth_and_width(budget: float, depth: int,
-                    ratio: float = 1.0) -> tuple[int, float]:
-  """Co-S²P's split of a budget R_n = R_width·R_depth; (D_n, R_width).
-
-  R_width = √(R·ρ), R_depth = √(R/ρ) with ρ = R_width/R_depth (√R each by
-  default); D_n = ⌊L·R_depth⌋ trainable blocks.
-  """
-  in_range(0, 1, closed_low=False)('budget', budget)
-  positive_int('depth', depth)
-  positive('width_depth_ratio', ratio)
-  width, depth_rate = math.sqrt(budget * ratio), math.sqrt(budget / ratio)
-  if width > 1 + 1e-9 or depth_rate > 1 + 1e-9:
-    raise ConfigError(f'width_depth_ratio {ratio!r} with budget {budget!r} '
-                      f'gives a width rate {width:.3g} and a depth rate '
-                      f'{depth_rate:.3g}, not both in (0, 1].')
-  blocks = _floor(depth * depth_rate)
-  if blocks == 0:
-    raise ConfigError(f'budget {budget!r} leaves no trainable block of '
-                      f'{depth} (depth rate {depth_rate:.3g}).')
-  return blocks, min(width, 1.0)
-
-
-def cos2p_submodels(shape: ViTShape, budgets: list[float], round_index: int,
-                    ratio: float = 1.0) -> list[Submodel]:
-  """Every client's Co-S²P window in round q.
-
-  The windows share a rolling offset h(q) = q mod (L − D_max + 1): client n
-  trains blocks [h, h + D_n) at width R_width (h frozen below), with an exit
-  at the end of every distinct depth D_i ≤ D_n among the clients (Eq. 3's
-  self-distillation exits, c_n of them). The embedding stays frozen.
-  """
-  non_negative_int('round_index', round_index)
-  splits = [depth_and_width(budget, shape.depth, ratio) for budget in budgets]
-  depths = sorted({blocks for blocks, _ in splits})
-  offset = round_index % (shape.depth - depths[-1] + 1)
-  return [Submodel(frozen=offset, trainable=blocks, width=Width.uniform(rate),
-                   exits=sum(d <= blocks for d in depths), learns_mask=True)
-          for blocks, rate in splits]
-
-
-def fedrolex_submodel(shape: ViTShape, budget: float,
-                      width_is_budget: bool = False) -> Submodel:
-  """FedRolex's client: all L blocks and the embedding train at width β.
-
-  β = √R_n by default, β = R_n with `width_is_budget`; one exit, no mask.
-  """
-  in_range(0, 1, closed_low=False)('budget', budget)
-  beta = budget if width_is_budget else math.sqrt(budget)
-  return Submodel(frozen=0, trainable=shape.depth, width=Width.uniform(beta),
-                  train_embedding=True)
 
 
 # ---- devices -----------------------------------------------------------------

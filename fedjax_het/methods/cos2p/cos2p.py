@@ -208,7 +208,7 @@ class Cos2p(BudgetMasks):
     c.charged = np.array(state.extras['charged_seconds'])
     c.held_kept = self.kept_counts(state.clients['mask'])
     c.charge_until = first
-    past = self.make_schedule()             # rounds < first: as charged
+    past = self.on_clock.clock.simulate()   # rounds < first: as charged
     c.learned = self.draws_masks(past)[:first].any(0)
     count = self.charge(first, count)
     state = state.replace(extras={
@@ -229,14 +229,14 @@ class Cos2p(BudgetMasks):
     mask is read from the state)."""
     c = self.charges
     c.charge_until = first + count
-    self.schedule = self.make_schedule()
+    self.on_clock.clock.simulate()
     drawn = self.draws_masks(self.schedule)[first:first + count - 1].any(1)
     if not drawn.any():
       return count
     rounds = int(np.argmax(drawn)) + 1
     c.charged[first + rounds:first + count] = -1.0     # not charged yet
     c.charge_until = first + rounds
-    self.schedule = self.make_schedule()    # the same rounds < first + m
+    self.on_clock.clock.simulate()          # the same rounds < first + m
     return rounds
 
   # ---- plans and state -----------------------------------------------------------

@@ -29,20 +29,23 @@ The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
 at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
 (`clock.mu`, `clock.t_clk`, `clock.tau_max`: the shared `clock` section,
 `parts.clock.ClockOptions`), and stragglers arrive in later rounds with
-staleness τ. The schedule is simulated on the host and enters the compiled
-rounds as round inputs (`parts.clock.schedule_inputs`); slot n of every
-round is client n, active when its update arrives; it trains lazily at
-arrival from the global model of its dispatch round (`extras['start']`
-row n, `parts.clock.start_table`), with its key (`parts.clock.dispatch_key`)
-and window drawn from the dispatch round, which gives the same result as
-training at dispatch (the client's state cannot change while it is busy).
-A client round costs the fixed `clock.client_seconds`, or the analytic cost
-model (`systems.vit_cost.round_seconds`) of the client's window at width R_w on
-its device type, times a lognormal jitter (`clock.jitter`). The engine
-builds this schedule itself; the base class's generic clock part (FedAvg's,
-`local_steps` seconds per round) is not built, and the generic part's
-staleness weights (`clock.staleness_weight`, `staleness_exponent`) are
-refused: Co-S²P weighs stale updates by Eq. 4 (`cos2p.weighting`).
+staleness τ. The engine holds the clock part (`on_clock`, a
+`parts.clock.OnClock`) and calls its hooks, but plans the rounds itself:
+the schedule is simulated on the host and enters the compiled rounds as
+round inputs (`parts.clock.schedule_inputs`, `extras['clock']` of the
+plans); slot n of every round is client n, active when its update arrives; it trains lazily at arrival from the global model
+of its dispatch round (`extras['start']` row n, the part's start table),
+with its key (`parts.clock.dispatch_key`) and window drawn from the
+dispatch round, which gives the same result as training at dispatch (the
+client's state cannot change while it is busy). The part's round-time
+model is the engine's (`round_durations`): a client round costs the fixed
+`clock.client_seconds`, or the analytic cost model
+(`systems.vit_cost.round_seconds`) of the client's window at width R_w on
+its device type, times a lognormal jitter (`clock.jitter`); the generic
+one (FedAvg's, `local_steps` seconds per round) is not used, and the
+generic part's staleness weights (`clock.staleness_weight`,
+`staleness_exponent`) are refused: Co-S²P weighs stale updates by Eq. 4
+(`cos2p.weighting`).
 
 A round: E epochs (`epochs`) of `client_optimizer` (Adan with proximal
 weight decay, or SGD) on the client's submodel with the cross-entropy
@@ -152,6 +155,56 @@ _SECTIONS = {'cos2p': (Cos2pOptions, "it is Co-S²P's own or another ViT "
                        "updates by their own rule, Co-S²P's cos2p.weighting")}
 
 
+# ---- windows (host numpy; `window_offsets` also traced) ----------------------
+def client_windows(budgets: np.ndarray, layers: int, ratio: float, *,
+                   full_width: bool = False,
+                   full_depth: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """(D_n int32 [N], R_w float64 [N]) of the budgets R_n [N] on a ViT of
+  L = `layers` blocks (module docstring): R_w = √(R·ρ), R_d = √(R/ρ), each
+  at most 1, D_n = ⌊L·R_d⌋; `full_depth` R_d = 1 (FedRolex's clients),
+  `full_width` R_w = R_d = 1 (the whole model). ConfigError where a budget
+  leaves no block."""
+  width = np.sqrt(budgets * ratio).clip(max=1.0)
+  depth_rate = np.sqrt(budgets / ratio).clip(max=1.0)
+  if full_width:
+    width = np.ones(len(budgets))
+  if full_depth or full_width:
+    depth_rate = np.ones(len(budgets))
+  depth = np.floor(layers * depth_rate + 1e-9).astype(np.int32)
+  if (depth < 1).any():
+    bad = int(np.argmin(depth))
+    raise ConfigError(
+        f'client {bad}\'s budget {budgets[bad]:g} leaves ⌊L·R_d⌋ = 0 '
+        f'trainable blocks of L = {layers}; raise the budget or the '
+        'width_depth_ratio.')
+  return depth, width
+
+
+def window_offsets(dispatch_round, depths: np.ndarray, layers: int,
+                   mode: str):
+  """h per client (int [N]) for models dispatched in `dispatch_round` (a
+  scalar, or int [N] one per client; numpy or jax), the clients' depths D_n
+  [N] on L = `layers` blocks: frozen blocks below the window, by
+  `depth_offset` `mode` (module docstring)."""
+  if mode == 'none':
+    return dispatch_round * 0 + 0 * depths
+  if mode == 'shared':
+    return dispatch_round % (layers - int(depths.max()) + 1) + 0 * depths
+  return dispatch_round % (layers - depths + 1)
+
+
+def window_submodel(offset: int, depth: int, width: float,
+                    depths: np.ndarray) -> vit_cost.Submodel:
+  """A client's window as the analytic cost model sees it: h = `offset`
+  frozen blocks, D = `depth` trainable ones at width R_w = `width`, an exit
+  after every client depth D_i ≤ D (`depths` [N]), the embedding trained
+  when h = 0."""
+  return vit_cost.Submodel(
+      frozen=offset, trainable=depth, width=vit_cost.Width.uniform(width),
+      exits=int(np.sum(np.unique(depths) <= depth)),
+      train_embedding=offset == 0)
+
+
 def kept_units(count: int, rate: jax.Array) -> jax.Array:
   """⌈rate·count⌉ (at least one) as int32."""
   return jnp.clip(jnp.ceil(rate * count - 1e-6), 1, count).astype(jnp.int32)
@@ -188,9 +241,9 @@ class VitOnClock(FederatedAlgorithm):
   their own client program, state and server rule."""
 
   # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
-  # the engine builds its schedule itself (`make_schedule`, with the
-  # analytic cost model), so the base class's generic clock part is not
-  # built (`_clock_part` returns None).
+  # the engine builds the clock part itself (`on_clock`, with its
+  # round-time model `round_durations`), so none is composed
+  # (`part_types`).
   option_groups = (Cos2pOptions, clock_part.ClockOptions)
   schedule_depends_on_rounds = True
   own_server_rule = ('a ViT method aggregates by its own rule: entries '
@@ -267,19 +320,9 @@ class VitOnClock(FederatedAlgorithm):
     n, o = self.num_clients, self.options
     self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
     self.device_types = per_client('cos2p.device_types', o.device_types, n)
-    self.width = np.sqrt(self.budgets * o.width_depth_ratio).clip(max=1.0)
-    depth_rate = np.sqrt(self.budgets / o.width_depth_ratio).clip(max=1.0)
-    if o.width_masks == 'full':
-      self.width = np.ones(n)
-    if self.full_depth or o.width_masks == 'full':
-      depth_rate = np.ones(n)
-    self.depth = np.floor(model.depth * depth_rate + 1e-9).astype(np.int32)
-    if (self.depth < 1).any():
-      bad = int(np.argmin(self.depth))
-      raise ConfigError(
-          f'client {bad}\'s budget {self.budgets[bad]:g} leaves ⌊L·R_d⌋ = 0 '
-          f'trainable blocks of L = {model.depth}; raise the budget or the '
-          'width_depth_ratio.')
+    self.depth, self.width = client_windows(
+        self.budgets, model.depth, o.width_depth_ratio,
+        full_width=o.width_masks == 'full', full_depth=self.full_depth)
     self.counts = np.asarray(data.counts)
     self.batches = -(-self.counts // config.batch_size)      # ⌈n / B⌉
     self.data_shape = data.feature_shape
@@ -287,15 +330,22 @@ class VitOnClock(FederatedAlgorithm):
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
             (1,) + data.feature_shape))['params'])
     self.specs = vit.segment_specs(self.template)
-    self.schedule = self.make_schedule()
+    self.on_clock = clock_part.OnClock(clock_part.VirtualClock(
+        self.clock_options, num_clients=n, rounds=config.rounds,
+        duration=self.round_durations()), n)
 
   # ---- the virtual clock -----------------------------------------------------
   @classmethod
   def part_types(cls) -> tuple[type, ...]:
-    """None: the engine builds its own schedule from the `clock` section
-    (`make_schedule`, the analytic cost model), not the generic clock part
-    (`local_steps` seconds per round)."""
+    """None composed: the engine builds the clock part itself (`on_clock`,
+    with its round-time model `round_durations`, not the generic one of
+    `local_steps` seconds per round) and plans its rounds itself."""
     return ()
+
+  @property
+  def schedule(self) -> clock.Schedule:
+    """The clock's schedule (`on_clock.clock`, a `VirtualClock`)."""
+    return self.on_clock.clock.schedule
 
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""
@@ -310,14 +360,11 @@ class VitOnClock(FederatedAlgorithm):
 
   def cost_submodel(self, client: int,
                     dispatch_round: int) -> vit_cost.Submodel:
-    """Client `client`'s window at width R_w when dispatched in that round."""
-    offset = int(self.offsets(np.int32(dispatch_round))[client])
-    depth = int(self.depth[client])
-    return vit_cost.Submodel(
-        frozen=offset, trainable=depth,
-        width=vit_cost.Width.uniform(float(self.width[client])),
-        exits=int(np.sum(np.unique(self.depth) <= depth)),
-        train_embedding=offset == 0)
+    """Client `client`'s window at width R_w when dispatched in that round
+    (`window_submodel`)."""
+    return window_submodel(int(self.offsets(np.int32(dispatch_round))[client]),
+                           int(self.depth[client]), float(self.width[client]),
+                           self.depth)
 
   def mask_epochs_charged(self, sub: vit_cost.Submodel,
                           dispatch_round: int) -> int:
@@ -329,11 +376,11 @@ class VitOnClock(FederatedAlgorithm):
     """`duration(client, dispatch_round, index)` of a client round: the fixed
     `client_seconds`, or the analytic model (`systems.vit_cost.round_seconds`)
     of `cost_submodel` on the client's device type."""
-    o, rounds = self.options, self.config.rounds
+    o = self.options
     if self.clock_options.client_seconds:
-      seconds = per_client('clock.client_seconds',
-                           self.clock_options.client_seconds, self.num_clients)
-      return clock.fixed_durations([[s] * rounds for s in seconds])
+      return clock_part.fixed_seconds(self.clock_options,
+                                      num_clients=self.num_clients,
+                                      rounds=self.config.rounds)
     shape = self.cost_shape()
     devices = [vit_cost.device(t, o.device_speeds) for t in self.device_types]
     devices = [dataclasses.replace(d, speed=d.speed * o.speed_scale)
@@ -359,25 +406,17 @@ class VitOnClock(FederatedAlgorithm):
     return clock.with_jitter(self.client_round_seconds(),
                              self.clock_options.jitter, self.config.seed)
 
-  def make_schedule(self) -> clock.Schedule:
-    """The clock over all rounds (`systems.clock.simulate`)."""
-    o = self.clock_options
-    return clock.simulate(self.round_durations(), num_clients=self.num_clients,
-                          rounds=self.config.rounds, mu=o.mu, t_clk=o.t_clk,
-                          tau_max=None if o.tau_max < 0 else o.tau_max)
-
   def round_inputs(self, first: int, count: int) -> dict:
-    """Rounds [first, first + count) of the schedule, as compiled-round xs;
-    'redispatch': the clients dispatched again at the next round's start
-    (their update arrived or was dropped)."""
-    return clock_part.schedule_inputs(self.schedule, first, count)
+    """Rounds [first, first + count) of the clock, as compiled-round xs
+    (`parts.clock.schedule_inputs`)."""
+    return self.on_clock.round_inputs(first, count)
 
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
     staleness) and, per client, its mean virtual seconds per round and, for
     square images, the analytic memory of its window at offset 0 (params,
     gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
-    facts = clock_part.schedule_facts(self.schedule, self.config.rounds)
+    facts = self.on_clock.facts()
     if self.data_shape[0] == self.data_shape[1]:
       shape = self.cost_shape()
       facts['client_memory_bytes'] = [
@@ -389,13 +428,10 @@ class VitOnClock(FederatedAlgorithm):
   # ---- windows ---------------------------------------------------------------
   def offsets(self, dispatch_round):
     """h per client for models dispatched in `dispatch_round` (a scalar, or
-    int [N] one per client; numpy or jax): frozen blocks below the window."""
-    L = self.model.depth
-    if self.options.depth_offset == 'none':
-      return dispatch_round * 0 + 0 * self.depth
-    if self.options.depth_offset == 'shared':
-      return dispatch_round % (L - int(self.depth.max()) + 1) + 0 * self.depth
-    return dispatch_round % (L - self.depth + 1)
+    int [N] one per client; numpy or jax): frozen blocks below the window
+    (`window_offsets`)."""
+    return window_offsets(dispatch_round, self.depth, self.model.depth,
+                          self.options.depth_offset)
 
   def exit_positions(self, offset: jax.Array, depth: jax.Array) -> jax.Array:
     """bool [L]: exits after h + D_i − 1 for every client depth D_i ≤ D."""
@@ -411,7 +447,8 @@ class VitOnClock(FederatedAlgorithm):
 
     `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
     'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
-    {kind: [N, L, U]} and the clock's inputs of the round."""
+    {kind: [N, L, U]} and the clock's inputs of the round, 'clock' (as the
+    clock part's plans carry them, `parts.clock.VirtualClock`)."""
     del data
     n = self.num_clients
     if inputs is None:
@@ -434,10 +471,7 @@ class VitOnClock(FederatedAlgorithm):
         'teacher': offset + depth - 1, 'offset': offset,
         'width': jnp.asarray(self.width, jnp.float32),
         'units': self.round_units(dispatch, keys),
-        'busy_seconds': inputs['busy_seconds'],
-        'window_seconds': inputs['window_seconds'],
-        'staleness': inputs['staleness'],
-        'redispatch': inputs['redispatch'],
+        self.on_clock.name: inputs,
     }
     return ClientPlan(
         client_id=ids, key=keys,
@@ -483,14 +517,15 @@ class VitOnClock(FederatedAlgorithm):
                       for k, s in self.model.unit_shapes().items()}}
 
   def init_extras(self, params: PyTree) -> PyTree:
-    """'start': row n the model client n was dispatched with (w_0 for all)."""
-    return {'start': clock_part.start_table(params, self.num_clients)}
+    """The clock's start table 'start': row n the model client n was
+    dispatched with (w_0 for all)."""
+    return self.on_clock.init_extras(params, None)
 
   def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
     """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
     client n, `plans.start_model[n] = n`)."""
     del plans
-    return state.extras['start']
+    return self.on_clock.start_models(state)
 
   # ---- the client program ----------------------------------------------------
   def client_optimizer(self) -> program.OptimizerFactory:
@@ -570,11 +605,9 @@ class VitOnClock(FederatedAlgorithm):
     delta = jax.tree.map(jnp.negative, outputs.delta)       # w_end − w_start
     update = self.update(state, plans, delta, outputs.client_state['units'])
     params = jax.tree.map(jnp.add, state.params, update)
-    start = clock_part.redispatch(state.extras['start'], plans.client_id,
-                                  plans.extras['redispatch'], params)
-    return state.replace(params=params,
-                         extras={**state.extras, 'start': start},
-                         clients=self.next_clients(state, plans, outputs))
+    new = state.replace(params=params,
+                        clients=self.next_clients(state, plans, outputs))
+    return self.on_clock.finish(state, new, plans)
 
   def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
              units: dict) -> PyTree:
@@ -608,13 +641,12 @@ class VitOnClock(FederatedAlgorithm):
     active = plans.is_active()
     down, up = jax.vmap(self.transfer_bytes)(outputs.client_state['units'],
                                              plans.extras)
-    return {
+    return self.on_clock.metrics({
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
         'bytes_up': jnp.sum(jnp.where(active, up, 0.0)),
-        **clock_part.round_metrics(plans.extras, active),
-    }
+    }, plans, outputs)
 
   # ---- evaluation --------------------------------------------------------------
   def state_evaluator(self, split):
