@@ -24,9 +24,13 @@ Models (`systems.availability`):
 
 As a part (`OnlineClients`), it gives the sampler the round's online clients
 (`online`) and marks a slot active only when its client is online (`adjust`).
-Sampling among the online clients is the sampler's (`methods.base`): K of
-them uniformly, or with replacement in proportion to their data; when fewer
-than K are online, the cohort's other slots stay idle (no steps, no upload).
+Sampling among the online clients is the sampler's: FedAvg's and the
+submodel methods' (`methods.base`) draw K of them uniformly, or with
+replacement in proportion to their data; the FedACS family's
+(`methods.fedacs.systems_aware`) draws by its own rule with the importance
+restricted to the online clients and renormalised, its weights unbiased
+given who is online. When fewer than K are online, the cohort's other slots
+stay idle (no steps, no upload).
 The uniform draw among the online clients (`core.sampling.uniform_among`)
 takes them in the order of the permutation the draw without the part takes,
 so with every client online (`bernoulli` at p = 1) a round is the round
@@ -114,8 +118,8 @@ class Availability:
 class OnlineClients(parts.Part):
   """The part: who is online each round (`model.draw` from the round key's
   AVAILABILITY stream). On unless `systems.availability` is 'always'; a
-  method whose sampler is its own (`samples_available_clients` False, the
-  FedACS family) refuses it in one line."""
+  method whose sampler does not draw among the online clients
+  (`samples_available_clients` False) refuses it in one line."""
   name = 'availability'
 
   def __init__(self, model: Availability):
@@ -130,8 +134,8 @@ class OnlineClients(parts.Part):
       raise ConfigError(
           f'systems.availability = {config.systems.availability!r} is set, but '
           f'{method.name} samples among all clients by its own rule; leave it '
-          "'always' or choose fedavg or a submodel method, whose sampler "
-          'draws among the online clients.')
+          "'always' or choose fedavg, a submodel method or the FedACS "
+          'family, whose samplers draw among the online clients.')
     return config
 
   @classmethod

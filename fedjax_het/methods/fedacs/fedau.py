@@ -18,6 +18,12 @@ for a participation probability P_m, so in the long run the expected update
 is Σ_m ω_m (1 − (1 − P_m)^cut) U_m: the statistical distortion is removed
 (cut → ∞), the structural one is not. The lr is FedAvg's η₁ (App. I.2).
 
+Under client availability (`systems_aware`) FedAU draws among the clients
+online (p = ω^A) and an offline round is a round without participation, so
+P_m and its intervals include P(m online): the weights keep ω, not ω^A, and
+ω̂ removes the lean toward the clients online more often, as it removes the
+lean toward reliable links.
+
 Not in cells (`hierarchy.*` is refused in one line): the rule is a sum, not
 rule (3)'s mean over the K draws, weighted by intervals between
 participations in the global cohort; restricted to a cell it is the cell's
@@ -31,9 +37,8 @@ import jax.numpy as jnp
 
 from fedjax_het.methods.base import occurrence_index
 from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
-    SystemsAwareAlgorithm
+    OnlineRound, SystemsAwareAlgorithm
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.parts.links_work import SystemsRound
 
 PyTree = Any
 
@@ -59,7 +64,7 @@ class FedAU(SystemsAwareAlgorithm):
                         for key in ('since', 'interval_sum', 'interval_count')}
     return clients
 
-  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+  def slot_coefficients(self, state: ServerState, rnd: OnlineRound,
                         client_ids: jax.Array) -> jax.Array:
     """ω_m ω̂_m on a client's first slot, 0 on repeats (one update per client)."""
     del rnd
@@ -71,17 +76,21 @@ class FedAU(SystemsAwareAlgorithm):
     """1: FedAU sums the weighted received updates (no 1/K of rule (3))."""
     return 1.0
 
-  def participation_probs(self, rnd: SystemsRound) -> jax.Array:
-    """P_m = P(m ∈ S̃_r): sampled at least once and its upload arrives. [M]."""
+  def participation_probs(self, rnd: OnlineRound) -> jax.Array:
+    """P_m = P(m ∈ S̃_r | A_r): sampled at least once (K π_m without
+    replacement) and its upload arrives. [M]."""
     if self.options.participation == 'with_replacement':
       sampled = 1 - (1 - self.sampling_probs(rnd))**self.num_draws
     else:
-      sampled = self.num_draws / self.num_clients * jnp.ones_like(self.omega)
+      sampled = self.num_draws * self.inclusion(rnd)
     return sampled * (1 - rnd.failure_prob)
 
   def expected_weights(self, state: ServerState,
-                       rnd: SystemsRound) -> jax.Array:
-    """Long-run e_m = ω_m (1 − (1 − P_m)^cut) (ω̂ at its limit)."""
+                       rnd: OnlineRound) -> jax.Array:
+    """Long-run e_m = ω_m (1 − (1 − P_m)^cut) (ω̂ at its limit), for P_m the
+    same every round: the round's P_m given who is online. (Under
+    availability ω̂'s limit is that of the mean P_m over the rounds, which
+    this round's A_r does not give.)"""
     del state
     cut = self.options.fedau_cutoff
     return self.omega * (1 - (1 - self.participation_probs(rnd))**cut)

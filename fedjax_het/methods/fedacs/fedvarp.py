@@ -20,6 +20,11 @@ in `ServerState.clients['memory']` (leaves [M, ...]).
 c_k is the importance weight ω/π (1 for IS). Calibrated lr η₄ = η₃, c-a-FedAvg's
 (Eq. (115)). After aggregating, y_m ← the update of m's last received slot.
 
+Under client availability ω is ω^A, restricted to the clients online and
+renormalised (`systems_aware`), in c and in the SAGA term, which then sums
+the memory of the clients online: either form targets Σ_{A_r} ω^A_m U_m, and
+an offline client's memory waits for its next received update.
+
 Not in cells (`hierarchy.*` is refused in one line): y_m is one update per
 global round, from the global model, standing in for a failed one from the
 global model; in cells a client sends E updates from E edge models, and
@@ -33,10 +38,9 @@ import jax.numpy as jnp
 
 from fedjax_het.methods.fedacs.reweighted import communication_aware_lr_scale
 from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
-    SystemsAwareAlgorithm
+    OnlineRound, SystemsAwareAlgorithm
 from fedjax_het.core import client_state
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.parts.links_work import SystemsRound
 
 PyTree = Any
 
@@ -54,29 +58,32 @@ class FedVarp(SystemsAwareAlgorithm):
         lambda p: jnp.zeros((self.num_clients,) + p.shape, p.dtype), params)
     return clients
 
-  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
-    return communication_aware_lr_scale(self.omega, rnd.failure_prob,
-                                        self.fedavg_norms(rnd), a_norm)
+  def lr_scale(self, rnd: OnlineRound, a_norm: jax.Array) -> jax.Array:
+    return communication_aware_lr_scale(rnd, self.fedavg_norms(rnd), a_norm)
 
   def expected_weights(self, state: ServerState,
-                       rnd: SystemsRound) -> jax.Array:
+                       rnd: OnlineRound) -> jax.Array:
     """π_m c_m: in the long run a failed upload counts through its memory."""
     return self.inclusion(rnd) * self.client_coefficients(state, rnd)
 
-  def memory_coefficients(self, plans: ClientPlan) -> jax.Array:
-    """b [M] with the memory's share of the pseudo-gradient Σ_m b_m y_m."""
+  def memory_coefficients(self, rnd: OnlineRound,
+                          plans: ClientPlan) -> jax.Array:
+    """b [M] with the memory's share of the pseudo-gradient Σ_m b_m y_m
+    (idle slots add nothing; the SAGA term Σ ω^A_m y_m is over the clients
+    online)."""
     link_up, coefficient = plans.extras['link_up'], plans.extras['coefficient']
+    coefficient = coefficient * plans.is_active()
     if self.options.fedvarp_form == 'paper':
       per_slot = (1 - link_up) * coefficient / self.num_draws
       return jnp.zeros((self.num_clients,)).at[plans.client_id].add(per_slot)
     per_slot = link_up * coefficient / self.num_draws
-    return self.omega - jnp.zeros((self.num_clients,)).at[
+    return rnd.omega - jnp.zeros((self.num_clients,)).at[
         plans.client_id].add(per_slot)
 
   def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
                       outputs: ClientOutput) -> PyTree:
     fresh = super().pseudo_gradient(state, plans, outputs)
-    b = self.memory_coefficients(plans)
+    b = self.memory_coefficients(self.systems(state), plans)
     stale = jax.tree.map(lambda y: jnp.tensordot(b, y, axes=1).astype(y.dtype),
                          state.clients['memory'])
     return jax.tree.map(jnp.add, fresh, stale)

@@ -26,25 +26,28 @@ coefficient c_k of rule (3):
   define.
 
 c-a-FedAvg and FedNova run in cells (the family's rule (3) per cell,
-`systems_aware`).
+`systems_aware`). Under client availability ω is ω^A, restricted to the
+clients online and renormalised, in p, c, τ_eff and the calibration
+(`systems_aware`); OS trains and draws among the clients online.
 """
 import jax
 import jax.numpy as jnp
 
 from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
-    SystemsAwareAlgorithm, fedavg_step_length
+    OnlineRound, SystemsAwareAlgorithm, fedavg_step_length
 from fedjax_het.core import sampling
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
-from fedjax_het.parts.links_work import SystemsRound
 
 
-def communication_aware_lr_scale(omega: jax.Array, q: jax.Array,
-                                 fedavg_norm: jax.Array,
+def communication_aware_lr_scale(rnd: OnlineRound, fedavg_norm: jax.Array,
                                  a_norm: jax.Array) -> jax.Array:
-  """η₃/η₁ = Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)."""
-  return fedavg_step_length(omega, q, fedavg_norm) / jnp.sum(omega * a_norm)
+  """η₃/η₁ = Σ ω(1 − q)‖a(η₁)‖₁ / Σ ω‖a(η₃)‖₁ (Eqs. (111), (113d); FedVarp's η₄ too)
+  with ω^A (0 when nobody is online)."""
+  work = rnd.weighted_sum(lambda omega: omega * a_norm)
+  return (fedavg_step_length(rnd, fedavg_norm) /
+          jnp.maximum(work, jnp.finfo(work.dtype).tiny))
 
 
 class CaFedAvg(SystemsAwareAlgorithm):
@@ -55,12 +58,11 @@ class CaFedAvg(SystemsAwareAlgorithm):
   divides_by_success = True
 
   def client_coefficients(self, state: ServerState,
-                          rnd: SystemsRound) -> jax.Array:
+                          rnd: OnlineRound) -> jax.Array:
     return super().client_coefficients(state, rnd) / (1 - rnd.failure_prob)
 
-  def lr_scale(self, rnd: SystemsRound, a_norm: jax.Array) -> jax.Array:
-    return communication_aware_lr_scale(self.omega, rnd.failure_prob,
-                                        self.fedavg_norms(rnd), a_norm)
+  def lr_scale(self, rnd: OnlineRound, a_norm: jax.Array) -> jax.Array:
+    return communication_aware_lr_scale(rnd, self.fedavg_norms(rnd), a_norm)
 
 
 class FedNova(SystemsAwareAlgorithm):
@@ -70,14 +72,14 @@ class FedNova(SystemsAwareAlgorithm):
   display_name = 'FedNova'
 
   def client_coefficients(self, state: ServerState,
-                          rnd: SystemsRound) -> jax.Array:
+                          rnd: OnlineRound) -> jax.Array:
     a_norm = self.work_norms(rnd)
-    success = self.omega * (1 - rnd.failure_prob)
-    tau_eff = jnp.sum(success * a_norm) / jnp.maximum(jnp.sum(success),
-                                                      1e-30)
+    success = lambda omega: omega * (1 - rnd.failure_prob)
+    tau_eff = (rnd.weighted_sum(lambda w: success(w) * a_norm) /
+               jnp.maximum(rnd.weighted_sum(success), 1e-30))
     return super().client_coefficients(state, rnd) * tau_eff / a_norm
 
-  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+  def slot_coefficients(self, state: ServerState, rnd: OnlineRound,
                         client_ids: jax.Array) -> jax.Array:
     """With fednova_tau='received': (ω/π)_k τ_r/‖a_k‖₁, τ_r the mean ‖a‖₁
     over the slots whose upload arrives (1 if none does)."""
@@ -106,7 +108,7 @@ class OptimalSampling(SystemsAwareAlgorithm):
     del state, key
     return jnp.arange(self.num_clients, dtype=jnp.int32)
 
-  def slot_coefficients(self, state: ServerState, rnd: SystemsRound,
+  def slot_coefficients(self, state: ServerState, rnd: OnlineRound,
                         client_ids: jax.Array) -> jax.Array:
     """Placeholder 1: the coefficients ω/p follow from the updates."""
     del state, rnd
@@ -114,7 +116,10 @@ class OptimalSampling(SystemsAwareAlgorithm):
 
   def slot_weights(self, state: ServerState, plans: ClientPlan,
                    outputs: ClientOutput) -> tuple[jax.Array, jax.Array]:
-    """Draws K slots from p ∝ ω‖U‖; weight n_m Z_m ω_m/p_m, copies n_m."""
+    """Draws K slots from p ∝ ω^A‖U‖ (the clients online); weight
+    n_m Z_m ω^A_m/p_m, copies n_m. An offline client's slot is idle (no
+    steps, ‖U‖ = 0), so p ∝ ω‖U‖ is p ∝ ω^A‖U‖, and ω^A/p = (ω/p)·scale."""
+    rnd = self.systems(state)
     squares = jax.tree.map(
         lambda d: jnp.sum(jnp.square(d.reshape(d.shape[0], -1)), axis=1),
         outputs.delta)
@@ -122,16 +127,17 @@ class OptimalSampling(SystemsAwareAlgorithm):
     scores = self.omega * norms
     total = jnp.sum(scores)
     probs = jnp.where(total > 0, scores / jnp.where(total > 0, total, 1.0),
-                      self.omega)
+                      rnd.omega)
     draws = sampling.with_replacement(
         round_key(state, Stream.SELECTION), probs, self.num_draws)
     copies = jnp.zeros((self.num_clients,), jnp.float32).at[draws].add(1.0)
     importance = jnp.where(probs > 0,
                            self.omega / jnp.where(probs > 0, probs, 1.0), 0.0)
+    importance = importance * rnd.scale
     return copies * plans.extras['link_up'] * importance, copies
 
   def expected_weights(self, state: ServerState,
-                       rnd: SystemsRound) -> jax.Array:
-    """ω_m (1 − q_m), whatever the norms (Eq. (25b))."""
+                       rnd: OnlineRound) -> jax.Array:
+    """ω^A_m (1 − q_m), whatever the norms (Eq. (25b))."""
     del state
-    return self.omega * (1 - rnd.failure_prob)
+    return rnd.omega * (1 - rnd.failure_prob)

@@ -56,6 +56,34 @@ Each round logs, besides the train loss: `uploads` (updates received),
 upload fails: the computation load) and `examples`; the trainer keeps their
 running totals (the cost to reach a target accuracy).
 
+Availability (`systems.availability`, `fedjax_het.parts.availability`): in
+round r only the clients online, A_r, can be drawn. Every rule is then the
+same rule on the clients online, with the importance restricted to them and
+renormalised (`online_importance`),
+
+    ω_m^A = ω_m 1[m ∈ A_r] / Σ_{j ∈ A_r} ω_j,
+
+in place of ω everywhere a round reads it (p, c, the calibration; ω^A = ω
+when every client is online): IS draws p = ω^A, FedACS p ∝ ω^A/((1 − q)‖a‖₁),
+US K distinct clients of A_r uniformly, full participation every client of
+A_r. The inclusion π_m = E[draws of m | A_r]/K is p_m with replacement and
+1[m ∈ A_r]/max(|A_r|, K) without (each online client is drawn once when
+fewer than K are online, and the other slots stay idle: no steps, no upload,
+as FedAvg's), so c = ω^A/π (0 offline) keeps rule (3), still divided by K,
+unbiased given who is online:
+
+    E[(1/K) Σ_k Z_k c_k U_k | A_r] = Σ_{m ∈ A_r} ω_m (1 − q_m) U_m / Σ_{j ∈ A_r} ω_j
+
+for IS, US and full participation (the other methods' e_m likewise with ω^A,
+`expected_weights` given A_r). The target is the global objective's weights
+among the clients who can participate, at FedAvg's step length: the server
+cannot weigh an offline client's update, and the unnormalised
+Σ_{A_r} ω_m U_m would only shorten the step by the share of ω online. A
+client's share over rounds still leans toward the clients online more often;
+that statistical distortion is what FedAU's intervals remove (`fedau`: its
+weights keep ω, and an offline round counts as a round without
+participation). Nobody online: no slot is active and X stays.
+
 Cells (`config.hierarchy`, `fedjax_het.parts.cells`, HIST's topology): with
 more than one cell or edge round, or the AirComp edge channel, the K draws
 are grouped by cell as FedAvg's cohort is (client m's cell is its block of
@@ -75,8 +103,9 @@ FedVarp, FedAU and OS do not list the part, so `hierarchy.*` is refused
 for them in one line (their modules say why).
 """
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
+import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -136,10 +165,44 @@ class FedAcsOptions(OptionGroup):
 FLAT_OPTION_GROUPS = (links_work.SystemsOptions, FedAcsOptions)
 
 
-def fedavg_step_length(omega: jax.Array, q: jax.Array,
-                       a_norm: jax.Array) -> jax.Array:
-  """FedAvg's expected step per unit lr, η_eff·T_eff/η₁ = Σ ω(1 − q)‖a‖₁ (Eq. (111))."""
-  return jnp.sum(omega * (1 - q) * a_norm)
+@flax.struct.dataclass
+class OnlineRound(links_work.SystemsRound):
+  """The links-and-work draws of a round with who can be drawn in it.
+
+  Attributes (besides `SystemsRound`'s):
+    online: bool [M], A_r: the clients online (all of them without the
+      availability part).
+    importance: float32 [M], ω of all M clients.
+    scale: float32 [], Σ_m ω_m / Σ_{m ∈ A_r} ω_m (exactly 1 with every client
+      online, from the integer importances as Σ r / Σ_A r; 0 when nobody is
+      online).
+  """
+  online: jax.Array
+  importance: jax.Array
+  scale: jax.Array
+
+  @property
+  def omega(self) -> jax.Array:
+    """ω^A [M]: ω restricted to the clients online and renormalised (0
+    offline, all 0 when nobody is online); ω itself, to the bit, with every
+    client online."""
+    return jnp.where(self.online, self.importance * self.scale, 0.0)
+
+  def weighted_sum(self, summand: Callable[[jax.Array], jax.Array]
+                   ) -> jax.Array:
+    """Σ_m summand(ω^A)_m for a `summand` linear in ω (e.g. ω(1 − q)‖a‖₁),
+    as (Σ_m summand(ω)_m − Σ_{m ∉ A_r} summand(ω)_m)·scale: with every client
+    online it is the run without availability's Σ_m summand(ω)_m to the bit,
+    whose terms of static q and T XLA folds at compile time."""
+    terms = summand(self.importance)
+    offline = jnp.sum(jnp.where(self.online, 0.0, terms))
+    return (jnp.sum(terms) - offline) * self.scale
+
+
+def fedavg_step_length(rnd: OnlineRound, a_norm: jax.Array) -> jax.Array:
+  """FedAvg's expected step per unit lr, η_eff·T_eff/η₁ = Σ ω(1 − q)‖a‖₁
+  (Eq. (111)), with ω^A (the clients online)."""
+  return rnd.weighted_sum(lambda omega: omega * (1 - rnd.failure_prob) * a_norm)
 
 
 class SystemsAwareAlgorithm(FederatedAlgorithm):
@@ -166,8 +229,9 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   # Its sampling, weights and calibration read q and T every round
   # (`systems`, the links-and-work part's draws).
   reads_draws = True
-  # Sampling (3) draws over all clients with the round's q and T.
-  samples_available_clients = False
+  # Its samplers draw among the clients online, with ω restricted to them
+  # (module docstring, `systems`).
+  samples_available_clients = True
 
   def __init__(self, config: ml_collections.ConfigDict, model, data):
     self.options = FedAcsOptions.from_config(config)
@@ -183,6 +247,10 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
       self.omega = self.client_counts / jnp.sum(self.client_counts)
     else:
       self.omega = jnp.full((m,), 1 / m, jnp.float32)
+    # r [M], integers with ω = r/Σr (`OnlineRound.scale`).
+    self.raw_importance = (self.client_counts
+                           if config.aggregation_weights == 'examples' else
+                           jnp.ones((m,), jnp.int32))
 
   def _check_options(self, config: ml_collections.ConfigDict) -> None:
     options = self.options
@@ -201,17 +269,28 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
                                  lr_decay=options.lr_decay)
 
   # ---- systems -------------------------------------------------------------
-  def systems(self, state: ServerState) -> links_work.SystemsRound:
+  def systems(self, state: ServerState) -> OnlineRound:
     """q, T, steps and link outcomes of all clients in round `state.round`
-    (the links-and-work part's draws: the same in every phase of a round)."""
-    return self.parts.draws(state)[links_work.LinksWork.name]
+    (the links-and-work part's draws: the same in every phase of a round),
+    the clients online A_r and ω^A (module docstring)."""
+    draws = self.parts.draws(state)[links_work.LinksWork.name]
+    online = self.parts.online(state)
+    if online is None:
+      online = jnp.ones((self.num_clients,), bool)
+    raw_online = jnp.sum(jnp.where(online, self.raw_importance, 0))
+    scale = jnp.where(raw_online > 0, jnp.sum(self.raw_importance) /
+                      jnp.maximum(raw_online, 1), 0.0)
+    return OnlineRound(
+        **{f.name: getattr(draws, f.name)
+           for f in dataclasses.fields(links_work.SystemsRound)},
+        online=online, importance=self.omega, scale=scale.astype(jnp.float32))
 
   def program_client_state(self, state: ServerState,
                            plans: ClientPlan) -> PyTree:
     del state, plans
     return None
 
-  def work_norms(self, rnd: links_work.SystemsRound,
+  def work_norms(self, rnd: OnlineRound,
                  lr: jax.Array | float | None = None) -> jax.Array:
     """‖a_m‖₁ of every client's local solver this round at `lr` (default:
     the rate the clients run, `client_lr(rnd)`). [M]."""
@@ -220,55 +299,66 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
         momentum=self.config.client_momentum, prox_mu=self.options.prox_mu,
         lr_decay=self.options.lr_decay)
 
-  def fedavg_norms(self, rnd: links_work.SystemsRound) -> jax.Array:
+  def fedavg_norms(self, rnd: OnlineRound) -> jax.Array:
     """‖a_m‖₁ at η₁: FedAvg's, the reference of the calibration. [M]."""
     return self.work_norms(rnd, self.config.client_lr)
 
   # ---- the sampling rule ---------------------------------------------------
-  def sampling_probs(self, rnd: links_work.SystemsRound) -> jax.Array:
-    """p of the K draws with replacement (IS: p = ω). float32 [M]."""
-    del rnd
-    return self.omega
+  def sampling_probs(self, rnd: OnlineRound) -> jax.Array:
+    """p of the K draws with replacement, 0 offline (IS: p = ω^A). float32 [M]."""
+    return rnd.omega
 
-  def inclusion(self, rnd: links_work.SystemsRound) -> jax.Array:
-    """π_m = E[number of draws of m]/K under the participation scheme. [M]."""
+  def inclusion(self, rnd: OnlineRound) -> jax.Array:
+    """π_m = E[number of draws of m | A_r]/K under the participation scheme:
+    p_m with replacement, else 1[m ∈ A_r]/max(|A_r|, K) (1/M with every
+    client online). [M]."""
     if self.options.participation == 'with_replacement':
       return self.sampling_probs(rnd)
-    return jnp.full((self.num_clients,), 1 / self.num_clients, jnp.float32)
+    online = jnp.sum(rnd.online.astype(jnp.int32))
+    return (jnp.where(rnd.online, 1.0, 0.0) /
+            jnp.maximum(online, self.num_draws)).astype(jnp.float32)
 
   def sample_clients(self, state: ServerState, key: jax.Array) -> jax.Array:
+    """All M clients (full), K distinct of the online ones uniformly, the
+    online first (`uniform_among`: with every client online the uniform
+    draw without replacement, slot for slot), or K draws from p (0
+    offline). An offline client in a slot leaves it idle (the
+    availability part's `adjust`)."""
     if self.full_participation:
       return jnp.arange(self.num_clients, dtype=jnp.int32)
+    rnd = self.systems(state)
     if self.options.participation == 'uniform':
-      return sampling.uniform_without_replacement(key, self.num_clients,
-                                                  self.num_draws)
-    return sampling.with_replacement(
-        key, self.sampling_probs(self.systems(state)), self.num_draws)
+      return sampling.uniform_among(key, rnd.online, self.num_draws)
+    return sampling.with_replacement(key, self.sampling_probs(rnd),
+                                     self.num_draws)
 
   # ---- the aggregation weighting -------------------------------------------
   def client_coefficients(self, state: ServerState,
-                          rnd: links_work.SystemsRound) -> jax.Array:
-    """c_m of a slot holding client m: the importance weight ω_m/π_m. [M]."""
+                          rnd: OnlineRound) -> jax.Array:
+    """c_m of a slot holding client m: the importance weight ω^A_m/π_m (0
+    where π_m = 0: offline, or never drawn). [M]."""
     del state
-    return self.omega / self.inclusion(rnd)
+    pi = self.inclusion(rnd)
+    return jnp.where(pi > 0, rnd.omega / jnp.where(pi > 0, pi, 1.0), 0.0)
 
   def slot_coefficients(self, state: ServerState,
-                        rnd: links_work.SystemsRound,
+                        rnd: OnlineRound,
                         client_ids: jax.Array) -> jax.Array:
     """c_k of every slot of the cohort. float32 [C]."""
     return self.client_coefficients(state, rnd)[client_ids]
 
   def expected_weights(self, state: ServerState,
-                       rnd: links_work.SystemsRound) -> jax.Array:
-    """e [M] with E[(1/K) Σ_k Z_k c_k Δ_k] = Σ_m e_m Δ_m (fixed Δ_m).
+                       rnd: OnlineRound) -> jax.Array:
+    """e [M] with E[(1/K) Σ_k Z_k c_k Δ_k | A_r] = Σ_m e_m Δ_m (fixed Δ_m),
+    given the round's online clients A_r.
 
-    e_m = π_m (1 − q_m) c_m; for a quadratic it fixes the iterate's
-    stationary mean.
+    e_m = π_m (1 − q_m) c_m; for a quadratic its mean over rounds fixes the
+    iterate's stationary mean.
     """
     return (self.inclusion(rnd) * (1 - rnd.failure_prob) *
             self.client_coefficients(state, rnd))
 
-  def lr_scale(self, rnd: links_work.SystemsRound,
+  def lr_scale(self, rnd: OnlineRound,
                a_norm: jax.Array) -> jax.Array:
     """η_method/η₁ of the step-length calibration (1: FedAvg, App. I.2),
     given the method's ‖a‖₁ at its own rate (`a_norm` [M]); FedAvg's
@@ -276,7 +366,7 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
     del rnd, a_norm
     return jnp.ones((), jnp.float32)
 
-  def client_lr(self, rnd: links_work.SystemsRound) -> jax.Array:
+  def client_lr(self, rnd: OnlineRound) -> jax.Array:
     """The clients' lr: η₁, or calibrated, the fixed point η₂ = η₁·lr_scale
     with ‖a‖₁ at η₂ (module docstring)."""
     base = jnp.asarray(self.config.client_lr, jnp.float32)
@@ -289,16 +379,20 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
 
   def plan_clients(self, state: ServerState, client_ids: jax.Array,
                    keys: jax.Array) -> ClientPlan:
+    """Each slot's lr and coefficient c_k; the parts then set its steps T_m
+    and weight c_k Z_m (links and work) and leave an offline slot idle
+    (availability)."""
     rnd = self.systems(state)
     k = client_ids.shape[0]
-    link_up = rnd.link_up[client_ids].astype(jnp.float32)
     coefficient = self.slot_coefficients(state, rnd, client_ids)
-    return self.new_plans(
+    plans = self.new_plans(
         client_ids, keys,
         num_steps=rnd.steps[client_ids],
         lr=jnp.full((k,), self.client_lr(rnd), jnp.float32),
-        weight=link_up * coefficient,
-        extras={'link_up': link_up, 'coefficient': coefficient})
+        weight=coefficient,
+        extras={'link_up': rnd.link_up[client_ids].astype(jnp.float32),
+                'coefficient': coefficient})
+    return self.parts.adjust(state, plans)
 
   # ---- local solver --------------------------------------------------------
   def client_optimizer(self) -> program.OptimizerFactory:
