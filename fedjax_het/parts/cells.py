@@ -12,7 +12,8 @@ under. The method plans its cohort; the part groups it by cell (clients
 
 (p_j: what cell j's clients hold, `held_masks`: HIST's disjoint partitions,
 the union of the capacity levels' submodels of its clients under the
-submodel methods, the full model for FedAvg and HFedAvg). On the engine:
+submodel methods, the full model for FedAvg, HFedAvg and FSL_MC, FedAvg on
+the composed split model). On the engine:
 - `assign`: cells are aggregation segments and start-model rows
   (`plan.group` = `plan.start_model` = the client's cell);
 - `local_phase`: the E edge rounds are a `clients.scan` (a `lax.scan` in the
@@ -103,8 +104,12 @@ PyTree = Any
 PER_ROUND_METRICS = ('aircomp_mse', 'beamformer_gain',
                      'beamformer_initial_gain')
 # Round metrics of one exchange (or one local phase) per client, E times the
-# flat round's in cells (examples are added up over the edge rounds).
-PER_EDGE_ROUND_METRICS = ('bytes_down', 'bytes_up', 'uploads', 'local_steps')
+# flat round's in cells (examples are added up over the edge rounds): the
+# bytes, the FedACS family's uploads and steps, FSL_MC's split accounting.
+PER_EDGE_ROUND_METRICS = ('bytes_down', 'bytes_up', 'uploads', 'local_steps',
+                          'smashed_bytes_up', 'grad_bytes_down',
+                          'model_bytes_up', 'model_bytes_down', 'gb',
+                          'comm_rounds')
 
 
 @dataclasses.dataclass(frozen=True)
