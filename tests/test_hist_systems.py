@@ -108,9 +108,12 @@ def test_a_client_whose_uploads_always_fail_is_left_out_exactly(name, channel):
 def test_the_aircomp_statistics_average_the_cells_that_receive():
   """Cell 0 loses every upload under AirComp: it designs no beamformer
   (gain +inf over no client), and the round's statistics are cell 1's."""
-  *_, final, metrics = systems_run(
+  algorithm, _, final, metrics = systems_run(
       'hfedavg', rounds=1, systems=(('q', (1.0, 1.0, 0.0, 0.0, 0.0, 0.0)),),
       edge_channel='aircomp')
+  assert algorithm.parts.names == ('links_work', 'cells')
+  np.testing.assert_allclose(metrics['bytes_up'],
+                             metrics['bytes_down'] * 4 / 6, rtol=1e-6)
   assert np.all(np.isfinite(metrics['beamformer_gain']))
   assert np.all(metrics['aircomp_mse'] > 0)
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(final.params))
