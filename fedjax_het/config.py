@@ -284,10 +284,12 @@ def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
                         'partition=natural reads the natural section.')
     readers = [name for name, cls in methods.ALGORITHMS.items()
                if group in cls.option_groups]
+    why = method.unread_sections.get(group.key)
     raise ConfigError(
         f'{group.key}.{key} = {value!r} is set, but {config.algorithm} does '
-        f'not read the {group.key} section (read by {", ".join(readers)}); '
-        f'leave it unset or choose one of those methods.')
+        f'not read the {group.key} section{f": {why}" if why else ""} (read '
+        f'by {", ".join(readers)}); leave it unset or choose one of those '
+        'methods.')
 
 
 def check_component_options(config: ml_collections.ConfigDict) -> None:

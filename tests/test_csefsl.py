@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+from fedjax_het import config as config_lib
 from fedjax_het import methods, models
 from fedjax_het.methods.split import split_accounting as accounting
 from fedjax_het.config import base_config
@@ -475,3 +476,56 @@ def test_epoch_rounds_refuse_systems_local_work():
   with pytest.raises(ConfigError, match="round_steps='epoch' gives every "
                      'client one local epoch'):
     build(config=config)
+
+
+# ---- cells (the cells part: FSL_MC's client parts and server copies) -----------
+def in_cells(algorithm, edge_rounds=2):
+  """`split_config(algorithm)` in cells of 1 and 2 clients, E edge rounds."""
+  config = split_config(algorithm)
+  config.hierarchy.update(num_cells=2, cell_sizes=(1, 2),
+                          edge_rounds=edge_rounds)
+  return config
+
+
+def test_fsl_mc_in_cells_is_fedavg_in_cells_on_the_composed_model():
+  """Each edge round averages the composed models (client part and server
+  copy) per cell and the cloud combines the cells: FedAvg on the composed
+  model in the same cells, and another model than FSL_MC without cells;
+  every smashed batch, gradient and model exchange is charged E times."""
+  mc, state, data = build(config=in_cells('fsl_mc'))
+  assert mc.parts.names == ('cells',)
+  fedavg, fedavg_state, _ = build(config=in_cells('fedavg'))
+  flat, flat_state, _ = build('fsl_mc')
+  got, metrics = RoundRunner(mc, 'vmap').run(state, data, 2)
+  expected, _ = RoundRunner(fedavg, 'vmap').run(fedavg_state, data, 2)
+  without, flat_metrics = RoundRunner(flat, 'vmap').run(flat_state, data, 2)
+  chex.assert_trees_all_close(got.params, expected.params, rtol=1e-5,
+                              atol=1e-6)
+  assert max(float(np.max(np.abs(a - b))) for a, b in zip(
+      jax.tree.leaves(got.params), jax.tree.leaves(without.params))) > 1e-3
+  for key in ('comm_rounds', 'smashed_bytes_up', 'grad_bytes_down',
+              'model_bytes_up', 'model_bytes_down', 'bytes_up', 'bytes_down',
+              'gb', 'examples'):
+    np.testing.assert_allclose(metrics[key], 2 * flat_metrics[key],
+                               rtol=1e-6)
+  np.testing.assert_array_equal(metrics['server_storage_params'],
+                                flat_metrics['server_storage_params'])
+
+
+@pytest.mark.parametrize('name,says', [
+    ('cse_fsl', "server part trains after the local phase on the round's "
+                'smashed uploads'),
+    ('fsl_an', "server part trains after the local phase on the round's "
+               'smashed uploads'),
+    ('fsl_oc', 'its one server serves the whole cohort round-robin')])
+def test_split_methods_training_a_server_on_smashed_data_refuse_cells(name,
+                                                                      says):
+  config = split_config(name)
+  config.hierarchy.num_cells = 2
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(config)
+  message = str(raised.value)
+  assert message.startswith(f'hierarchy.num_cells = 2 is set, but {name} '
+                            'does not read the hierarchy section: ')
+  assert says in message and 'fsl_mc runs in cells' in message
+  assert '(read by ' in message and '\n' not in message

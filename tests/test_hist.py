@@ -21,18 +21,22 @@ from fedjax_het.systems import latency, partition_sizing
 from engine_utils import stacked_masks, tiny_config, tiny_data
 
 
-def hierarchical(algorithm='hist', data=None, hidden=(7,), **hierarchy):
-  """(algorithm, initial state, data): 6 clients in cells of 2 and 4."""
+def hierarchical(algorithm='hist', data=None, hidden=(7,), cls=None,
+                 systems=(), **hierarchy):
+  """(algorithm, initial state, data): 6 clients in cells of 2 and 4, with
+  `config.systems` updated by the pairs `systems`; `cls` replaces the
+  method's class (a variant of it)."""
   config = tiny_config(algorithm=algorithm, clients_per_round=6,
                        local_steps=2)
   config.model_options.hidden = hidden
   config.hierarchy.update(num_cells=2, cell_sizes=(2, 4), edge_rounds=2,
                           beamformer_sca_steps=3, beamformer_inner_steps=20)
   config.hierarchy.update(hierarchy)
+  config.systems.update(dict(systems))
   data = data if data is not None else tiny_data()
   model = models.create_model('mlp', 3, hidden=hidden)
   params = models.init_params(model, jax.random.PRNGKey(0), data.x.shape[2:])
-  algorithm = ALGORITHMS[algorithm](config, model, data)
+  algorithm = (cls or ALGORITHMS[algorithm])(config, model, data)
   return algorithm, algorithm.init(params, jax.random.PRNGKey(1)), data
 
 
@@ -73,8 +77,12 @@ def test_hist_with_one_cell_equals_hfedavg_and_fedavg():
 def reference_hierarchical_rounds(algorithm, state, data, rounds):
   """Algorithm 1 as written: loops over rounds, cells, edge rounds, clients.
 
-  Plans (cells, keys, weights, this round's masks) come from the engine;
-  local SGD, edge averages (6) and the cloud (7) are recomputed here.
+  Plans (cells, keys, weights, steps, this round's masks) come from the
+  engine; local SGD, edge averages (6) and the cloud (7) are recomputed
+  here. Client i runs its plan's steps in every edge round; a client of
+  weight 0 (its upload lost) trains and is left out of every edge mean; a
+  cell of weight 0 keeps its edge model and holds nothing for the cloud (a
+  coordinate no cell holds keeps its value).
   """
   config = algorithm.config
   x, y, counts = (np.asarray(a) for a in (data.x, data.y, data.counts))
@@ -104,7 +112,7 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
           client = plans.client_id[i]
           key = plans.key[i] if e == 0 else jax.random.fold_in(plans.key[i], e)
           local = edge
-          for s in range(config.local_steps):
+          for s in range(plans.num_steps[i]):
             rows = batching.batch_indices(
                 key, s, counts[client], batch_size=config.batch_size,
                 max_examples=x.shape[1], max_epochs_per_batch=bound)
@@ -115,20 +123,26 @@ def reference_hierarchical_rounds(algorithm, state, data, rounds):
                                  local, g)
           local_models.append(local)
           weights.append(plans.weight[i])
+        if np.sum(weights) == 0:   # every upload lost: the edge keeps it
+          continue
         w = np.asarray(weights) / np.sum(weights)
         average = jax.tree.map(
             lambda *ms: sum(wi * np.asarray(m) for wi, m in zip(w, ms)),
             *local_models)
         edge = average if mask is None else jax.tree.map(
             lambda a, old, m: np.where(m > 0, a, old), average, edge, mask)
-      cells.append((edge, mask))
+      received = float(np.sum(plans.weight[members]) > 0)
+      cells.append((edge, mask, received))
     # The cloud: each coordinate from the cells that hold it, equal weights.
-    held = [jax.tree.map(np.ones_like, params) if m is None else m
-            for _, m in cells]
+    held = [jax.tree.map(lambda p, r=r: np.ones_like(p) * r, params)
+            if m is None else jax.tree.map(lambda a, r=r: a * r, m)
+            for _, m, r in cells]
     weighted = [jax.tree.map(lambda p, h: np.asarray(p) * h, edge, h)
-                for (edge, _), h in zip(cells, held)]
+                for (edge, _, _), h in zip(cells, held)]
     total = jax.tree.map(lambda *hs: sum(hs), *held)
-    params = jax.tree.map(lambda t, *ws: sum(ws) / t, total, *weighted)
+    params = jax.tree.map(
+        lambda p, t, *ws: np.where(t > 0, sum(ws) / np.where(t > 0, t, 1), p),
+        params, total, *weighted)
   return params
 
 

@@ -76,14 +76,15 @@ def test_cells_and_the_aircomp_channel_are_parts_of_fedavg_and_hist():
   """The matrix's cells and AirComp rows: FedAvg and the submodel methods
   (FedAvg on submodels) run under them (the cells part,
   tests/test_cells_part.py) beside HIST and HFedAvg, and so do the FedACS
-  family's rule-(3) methods (tests/test_fedacs_cells.py); every other method,
+  family's rule-(3) methods (tests/test_fedacs_cells.py) and FSL_MC, FedAvg
+  on the composed split model (tests/test_csefsl.py); every other method,
   FedVarp, FedAU and OS included, refuses them in one line."""
   readers = {name for name, cls in ALGORITHMS.items()
              if any(g.key == 'hierarchy' for g in cls.option_groups)}
   assert readers == {'fedavg', 'fiarse', 'fiarse_layerwise', 'pruning_greedy',
                      'heterofl', 'fedrolex', 'fjord', 'scalefl', 'hist',
                      'hfedavg', 'fedacs', 'fedavg_het', 'ca_fedavg',
-                     'fednova'}
+                     'fednova', 'fsl_mc'}
 
 
 def test_natural_options_need_the_natural_partition():

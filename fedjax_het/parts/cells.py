@@ -12,7 +12,8 @@ under. The method plans its cohort; the part groups it by cell (clients
 
 (p_j: what cell j's clients hold, `held_masks`: HIST's disjoint partitions,
 the union of the capacity levels' submodels of its clients under the
-submodel methods, the full model for FedAvg and HFedAvg). On the engine:
+submodel methods, the full model for FedAvg, HFedAvg and FSL_MC, FedAvg on
+the composed split model). On the engine:
 - `assign`: cells are aggregation segments and start-model rows
   (`plan.group` = `plan.start_model` = the client's cell);
 - `local_phase`: the E edge rounds are a `clients.scan` (a `lax.scan` in the
@@ -56,14 +57,27 @@ way: their K draws, grouped by cell, with the 'draws' edge rule. The clients
 run without per-client state rows (`ServerState.clients`: these methods keep
 none the clients read).
 
+Lossy links and unequal work (`parts.links_work`, `config.systems`; read by
+FedAvg, the submodel and FedACS families, HIST and HFedAvg): our reading is
+one draw per global round, the part's (it draws once per round), for all E
+edge rounds. Client m runs its own T_m local steps in every edge round, and
+when its link is down in the round (Z_m = 0, weight w_m·Z_m = 0) it still
+trains from its cell's edge model but its upload is lost in every edge round:
+it enters no edge mean (OMA), and under AirComp it does not transmit (no
+precoder, left out of the beamformer's design). A cell whose every upload is
+lost keeps its edge model (it moves by 0) and holds no coordinate for the
+cloud (coverage 0), which leaves it out of its mean; a coordinate no cell
+holds (a lost cell's HIST partition) keeps its value.
+
 Accounting (`charge`): every planned client downloads its edge model and
-uploads its update once per edge round, so bytes_down / bytes_up (and the
-FedACS family's uploads and local_steps, `PER_EDGE_ROUND_METRICS`) are E
-times the flat round's; the edge-cloud backhaul is not charged (as in
+uploads its update once per edge round, so bytes_down / bytes_up (delivered
+uploads only) and the other per-exchange counts (`PER_EDGE_ROUND_METRICS`)
+are E times the flat round's; the edge-cloud backhaul is not charged (as in
 HIST). With AirComp, `aircomp_mse`, `beamformer_gain` and
-`beamformer_initial_gain` are the means over the cells with clients and the
-edge rounds (a round's values, `PER_ROUND_METRICS`). Simulated latency needs HIST's system model (CPU
-frequencies, bandwidth) and is charged by HIST and HFedAvg only.
+`beamformer_initial_gain` are the means over the cells that receive (some
+upload arrives) and the edge rounds (a round's values, `PER_ROUND_METRICS`).
+Simulated latency needs HIST's system model (CPU frequencies, bandwidth) and
+is charged by HIST and HFedAvg only.
 """
 import dataclasses
 import functools
@@ -83,7 +97,6 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
 from fedjax_het.options import (ConfigError, OptionGroup, finite,
                                 non_negative_int, option, positive,
                                 positive_int, same_value)
-from fedjax_het.systems import latency
 
 PyTree = Any
 
@@ -91,8 +104,12 @@ PyTree = Any
 PER_ROUND_METRICS = ('aircomp_mse', 'beamformer_gain',
                      'beamformer_initial_gain')
 # Round metrics of one exchange (or one local phase) per client, E times the
-# flat round's in cells (examples are added up over the edge rounds).
-PER_EDGE_ROUND_METRICS = ('bytes_down', 'bytes_up', 'uploads', 'local_steps')
+# flat round's in cells (examples are added up over the edge rounds): the
+# bytes, the FedACS family's uploads and steps, FSL_MC's split accounting.
+PER_EDGE_ROUND_METRICS = ('bytes_down', 'bytes_up', 'uploads', 'local_steps',
+                          'smashed_bytes_up', 'grad_bytes_down',
+                          'model_bytes_up', 'model_bytes_down', 'gb',
+                          'comm_rounds')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +213,18 @@ def aircomp_key_refusal(key: str, value, method: str) -> ConfigError:
       f'hierarchy.{key} = {value!r} is set, but {method} reads it only with '
       "hierarchy.edge_channel='aircomp' (OMA edge sums are exact); leave it "
       'unset.')
+
+
+def refuse_aircomp_keys_under_oma(config: ml_collections.ConfigDict,
+                                  method: str) -> None:
+  """Raises `aircomp_key_refusal` for an AirComp channel key
+  (`AIRCOMP_ONLY_KEYS`) set while `config.hierarchy` is OMA."""
+  section, defaults = config.hierarchy, HierarchyOptions.defaults()
+  if section.edge_channel == 'aircomp':
+    return
+  for key in AIRCOMP_ONLY_KEYS:
+    if not same_value(section[key], defaults[key]):
+      raise aircomp_key_refusal(key, section[key], method)
 
 
 def refuse_unread_keys(config: ml_collections.ConfigDict, method: str,
@@ -324,10 +353,15 @@ class Cells(parts.Part):
   def check(cls, method, config: ml_collections.ConfigDict
             ) -> ml_collections.ConfigDict:
     """`config` with the method's N and E where it leaves them at 0; a
-    `hierarchy` key the method does not read refused in one line."""
+    `hierarchy` key the method does not read refused in one line. A method
+    defined in cells (`always_in_cells`: HIST's, with its system model)
+    reads every key, the AirComp channel's own only with AirComp."""
     config = with_method_defaults(config, method.cell_defaults)
-    refuse_unread_keys(config, method.name, 'hist, hfedavg', method.edge_rule,
-                       method.cell_defaults)
+    if method.always_in_cells:
+      refuse_aircomp_keys_under_oma(config, method.name)
+    else:
+      refuse_unread_keys(config, method.name, 'hist, hfedavg',
+                         method.edge_rule, method.cell_defaults)
     return config
 
   @classmethod
@@ -530,20 +564,23 @@ class Cells(parts.Part):
               outputs: ClientOutput) -> dict[str, jax.Array]:
     """The flat round's `metrics` with E exchanges per client (the
     `PER_EDGE_ROUND_METRICS` it holds) and, with AirComp, its statistics:
-    the means over the cells with planned clients."""
+    the means over the cells that receive, those with a client whose upload
+    arrives (a cell whose every upload is lost designs no beamformer: its
+    gain is the minimum over no client, +inf)."""
     metrics = dict(metrics)
     for key in PER_EDGE_ROUND_METRICS:  # one exchange per edge round
       if key in metrics:
         metrics[key] = self.edge_rounds * metrics[key]
     if outputs.extras:
-      clients_in_cell = latency.cell_client_counts(plans.group,
-                                                   self.num_cells)
-      cells_with_clients = jnp.sum(clients_in_cell > 0)
+      sends = plans.delivers()
+      senders = aggregation.segment_sum(sends.astype(jnp.float32),
+                                        plans.group, self.num_cells)
+      receiving = jnp.maximum(jnp.sum(senders > 0), 1)
       for name in PER_ROUND_METRICS:
-        # Each cell's value appears n_j times: the mean over cells.
-        metrics[name] = jnp.sum(
-            outputs.extras[name] / clients_in_cell[plans.group]
-        ) / cells_with_clients
+        # Each cell's value appears once per sender: the mean over cells.
+        metrics[name] = jnp.sum(jnp.where(
+            sends, outputs.extras[name] / jnp.maximum(senders[plans.group], 1),
+            0.0)) / receiving
     return metrics
 
 

@@ -51,6 +51,9 @@ class MethodTraits:
   edge_rule = 'mean'
   cell_defaults = cells_lib.FLAT
   averaged_parts = None
+  # {section key: why the method does not read that section}, for the
+  # one-line refusal of a value set there (`config.check_sections_in_use`).
+  unread_sections = {}
   # Its server rule, in a few words, where `aggregate` takes no step of the
   # server optimiser (`server_step`); such a method refuses the server keys
   # (`optim.refuse_server_keys`). None: the server optimiser's step.

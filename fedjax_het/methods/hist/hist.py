@@ -29,6 +29,17 @@ Edge aggregation is OMA (exact, TDMA latency Eq. (17)) or AirComp
 (`edge_channel='aircomp'`, Eqs. (21)-(27), in the cells part; latency Eq.
 (35)). Shared parameters are sent and noised too.
 
+Lossy links and unequal work (`config.systems`, the links-and-work part;
+our reading, `parts.cells`): one draw of T_m and Z_m per global round for its
+E edge rounds; client i runs its own H_i = T_m steps in every edge round, and
+an upload that fails (Z_m = 0) leaves its cell's edge mean (6) in every edge
+round (under AirComp the client does not transmit); a cell whose every
+upload fails keeps its edge model and the cloud (7) leaves it out. The
+latency of Eqs. (17)/(35) charges each client its own H_i and is the TDMA
+schedule's: a slot is reserved for every client of the cell (n_j), so a lost
+upload does not shorten the edge round; bytes count delivered uploads only.
+Availability is refused: Algorithm 1 trains every client of every cell.
+
 Accounting per global round (`round_metrics`): summed by the trainer,
 bytes_up / bytes_down (E submodel exchanges per client), `mb_per_client`
 (MiB uploaded per client: the x-axis of Fig. 3 and the unit of Tables I/II)
@@ -54,8 +65,9 @@ from fedjax_het.channels import aircomp
 from fedjax_het.core import key_streams
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientPlan, ServerState, round_key
-from fedjax_het.options import ConfigError, same_value
+from fedjax_het.options import ConfigError
 from fedjax_het.parts import cells as cells_lib
+from fedjax_het.parts import links_work
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.submodel import disjoint
 from fedjax_het.systems import latency, partition_sizing
@@ -111,32 +123,23 @@ class HFedAvg(FedAvg):
   round.
 
   FedAvg always in cells (its cells part: cells as segments, the E edge
-  rounds, OMA or AirComp edge aggregation, the cloud), with what HIST's
+  rounds, OMA or AirComp edge aggregation, the cloud), under lossy links and
+  unequal work when `config.systems` sets them (the module docstring's
+  reading), with what HIST's
   system adds: every client in every round, the edge weights of
   `hierarchy.edge_weights`, CPU frequencies and OMA rates per round, and
   latency and MiB-per-client accounting. HIST changes only `cell_masks`.
   """
 
   name = 'hfedavg'
-  option_groups = (HierarchyOptions,)
+  option_groups = (HierarchyOptions, links_work.SystemsOptions)
   per_round_metrics = ('partition_dmax',) + FedAvg.per_round_metrics
   always_in_cells = True
+  # Algorithm 1 trains every client of every cell in every round: its
+  # sampler is its own, so availability is refused (`parts.availability`).
+  samples_available_clients = False
   # HIST Sec. VI: N = 2 cells (Tables I-II also run N = 4), E = 5 edge rounds.
   cell_defaults = {'num_cells': 2, 'edge_rounds': 5}
-
-  @classmethod
-  def fix_options(cls, config):
-    """`config` with Sec. VI's N and E where `hierarchy` leaves them to the
-    method (`cell_defaults`): HIST's methods read every `hierarchy` key, but
-    the AirComp channel's own (noise, power, the beamformer's solver steps)
-    only with `edge_channel='aircomp'`; set under OMA, one is refused."""
-    config = cells_lib.with_method_defaults(config, cls.cell_defaults)
-    section, defaults = config.hierarchy, HierarchyOptions.defaults()
-    if section.edge_channel != 'aircomp':
-      for key in cells_lib.AIRCOMP_ONLY_KEYS:
-        if not same_value(section[key], defaults[key]):
-          raise cells_lib.aircomp_key_refusal(key, section[key], cls.name)
-    return config
 
   def __init__(self, config, model, data):
     config = cells_lib.with_method_defaults(config, self.cell_defaults)
@@ -191,8 +194,10 @@ class HFedAvg(FedAvg):
   # ---- accounting ----------------------------------------------------------
   def round_metrics(self, state: ServerState, plans: ClientPlan,
                     outputs) -> dict[str, jax.Array]:
-    """MiB per client (E exchanges) and simulated latency (Eq. (18) with
-    Eq. (17) or (35)); the cells part adds its bytes and AirComp statistics."""
+    """MiB per client (E exchanges, delivered uploads) and simulated latency
+    (Eq. (18) with Eq. (17) or (35), each client's own steps H_i =
+    `plans.num_steps`); the cells part adds its bytes and AirComp
+    statistics."""
     metrics = super().round_metrics(state, plans, outputs)
     # bytes_up is one exchange; the cells part charges E of them after this.
     metrics['mb_per_client'] = (self.hierarchy.edge_rounds * metrics['bytes_up']

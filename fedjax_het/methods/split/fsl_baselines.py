@@ -12,7 +12,14 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   (SplitFed-V1; the paper does not say). This is FedAvg on the
   composed model, computed through the cut; on the virtual clock a
   client's server copy starts from the server model of its dispatch round
-  (`split_learning`'s module docstring).
+  (`split_learning`'s module docstring). In cells (`config.hierarchy`,
+  `parts.cells`) it is FedAvg on the composed model in cells: each edge
+  round averages its clients' composed models (client part and server copy)
+  per cell, the cloud combines the cells' edge models (HIST's Eqs. (6),
+  (7)); the copies live at the edge servers, and every smashed batch,
+  gradient and model exchange is charged once per edge round. Under AirComp
+  the payload is the update over the base lr γ = `client_lr` (Eq. (21)), so
+  with `split.lr_decay` < 1 the receiver noise is γ's, not the decayed lr's.
 * FSL_OC ("one copy"): one server model serves every client in round-robin
   order (batch b of clients 1..K in ascending client id, then batch b + 1,
   ...; `split_learning.slot_order`), so the cohort is
@@ -24,7 +31,9 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   threshold, and the authors' code has no FSL_OC; the experiment configs set
   it by Pascanu et al.'s heuristic (experiments/csefsl/csefsl_setup.py).
   It does not read `config.clock` (refused in one line): a serial
-  round-robin server has no reading on an asynchronous clock.
+  round-robin server has no reading on an asynchronous clock; nor
+  `config.hierarchy`: its one server serialises the whole cohort, batch by
+  batch, across any cells.
 """
 from typing import Any
 
@@ -38,6 +47,7 @@ from fedjax_het.methods.split.split_learning import (SplitLearning,
 from fedjax_het.core import batching, key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
+from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts import clock as clock_part
 
 PyTree = Any
@@ -80,7 +90,8 @@ class FslMc(GradientReturn):
   """FSL_MC: a server copy per client, trained inside the client's program."""
 
   name = 'fsl_mc'
-  option_groups = (SplitOptions, clock_part.ClockOptions)
+  option_groups = (SplitOptions, clock_part.ClockOptions,
+                   cells_lib.HierarchyOptions)
   protocol = accounting.FSL_MC
   averaged_parts = ('client', 'server')
 
@@ -111,6 +122,10 @@ class FslOc(GradientReturn):
 
   name = 'fsl_oc'
   protocol = accounting.FSL_OC
+  unread_sections = {
+      'hierarchy': 'its one server serves the whole cohort round-robin, '
+                   'batch by batch, which cells\' edge rounds would split; '
+                   'fsl_mc runs in cells'}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
@@ -128,8 +143,9 @@ class FslOc(GradientReturn):
 
     Client k's minibatches are those its program would draw
     (`batching.batch_indices` with its plan's key). Returns the client
-    deltas {'client': [K, ...]} and the server model (extras['server'],
-    unbatched).
+    deltas, leaves [K, ...] like the params' (zero on the parts the round
+    robin leaves to the server, as a client program's), and the server
+    model (extras['server'], unbatched).
     """
     cohort = plans.client_id.shape[0]
     steps, batch_size = self.max_local_steps(), self.config.batch_size
@@ -165,8 +181,11 @@ class FslOc(GradientReturn):
         one, (start, params['server'], jnp.zeros((cohort,), jnp.float32)),
         jnp.arange(steps * cohort))
     ran = jnp.where(active, jnp.clip(plans.num_steps, 0, steps), 0)
+    untouched = jax.tree.map(
+        lambda p: jnp.zeros((cohort,) + p.shape, p.dtype), params)
     return ClientOutput(
-        delta={'client': jax.tree.map(jnp.subtract, start, ends)},
+        delta={**untouched,
+               'client': jax.tree.map(jnp.subtract, start, ends)},
         loss=loss_sum / jnp.maximum(ran, 1),
         num_examples=(ran * batch_size).astype(jnp.int32),
         extras={'server': server})

@@ -68,6 +68,13 @@ round-robin, batch by batch, which has no reading on an asynchronous clock.
 Bytes, up and down, and comm rounds are counted in the arrival round, for
 arrivals only.
 
+In cells (`config.hierarchy`) only FSL_MC runs (`fsl_baselines`): CSE-FSL
+and FSL_AN train their server part after the local phase on the round's
+smashed uploads (one model in arrival order across the cohort, or FSL_AN's
+per-client copies), which the cells part's E edge rounds, each averaging
+the client parts per cell, do not carry; they refuse the section in one
+line (`unread_sections`), as FSL_OC does.
+
 Accounting per round (`round_metrics`, summed by the trainer):
 smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
 bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
@@ -85,7 +92,7 @@ import optax
 from fedjax_het import models
 from fedjax_het.methods.split import split_accounting as accounting
 from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
-from fedjax_het.core import aggregation, key_streams, program
+from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
@@ -212,14 +219,13 @@ class SplitLearning(FederatedAlgorithm):
   # ---- aggregation -----------------------------------------------------------
   def fedavg(self, state: ServerState, plans: ClientPlan,
              outputs: ClientOutput) -> PyTree:
-    """The params with every part in `outputs.delta` replaced by x − the
-    weighted mean of the active clients' deltas, i.e. the mean of their
-    models (Eq. 14)."""
-    means, _ = aggregation.masked_segment_mean(
-        outputs.delta, plans.active_weight(), plans.group, 1)
-    averaged = jax.tree.map(lambda p, m: p - m[0],
-                            {part: state.params[part] for part in means}, means)
-    return {**state.params, **averaged}
+    """x − g: the params moved to the weighted mean of the active clients'
+    models (Eq. 14), g the segments' mean deltas as the engine combines
+    them (`segment_pseudo_gradient`: one segment; in cells, FSL_MC's, the
+    cloud over the cells' edge models). A part no client trains has zero
+    deltas and keeps its value."""
+    pseudo_grad = self.segment_pseudo_gradient(state, plans, outputs)
+    return jax.tree.map(jnp.subtract, state.params, pseudo_grad)
 
   def uploads_per_client(self, plans: ClientPlan,
                          outputs: ClientOutput) -> jax.Array:
@@ -258,6 +264,11 @@ class CseFsl(SplitLearning):
   name = 'cse_fsl'
   option_groups = (SplitOptions, links_work.SystemsOptions,
                    clock_part.ClockOptions)
+  unread_sections = {
+      'hierarchy': 'its server part trains after the local phase on the '
+                   "round's smashed uploads (one model in arrival order, or "
+                   "FSL_AN's copies), which cells' edge rounds do not "
+                   'carry; fsl_mc runs in cells'}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
