@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fedjax_het.methods.base import occurrence_index
+from fedjax_het.methods.common.planning import occurrence_index
 from fedjax_het.methods.fedacs.systems_aware import FLAT_OPTION_GROUPS, \
     OnlineRound, SystemsAwareAlgorithm
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState

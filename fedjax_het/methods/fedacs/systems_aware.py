@@ -111,8 +111,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het.methods.base import FederatedAlgorithm, \
-    mean_over_active, payload_bytes
+from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.common.accounting import mean_over_active, \
+    payload_bytes
 from fedjax_het.core import aggregation, program, sampling
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     StepContext
