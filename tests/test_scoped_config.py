@@ -241,7 +241,7 @@ def test_show_config_of_fedavg_prints_only_the_sections_it_reads(capsys):
 
 
 @pytest.mark.parametrize('algorithm,sections', [
-    ('fsl_oc', {'split'}), ('hist', {'hierarchy'}),
+    ('fsl_oc', {'split'}), ('hist', {'hierarchy', 'systems'}),
     ('fedpm', {'cos2p', 'clock', 'fedpm'}), ('fedvarp', {'systems', 'fedacs'})])
 def test_a_resolved_config_holds_the_sections_its_method_lists(algorithm,
                                                                sections):
@@ -310,11 +310,11 @@ def test_a_stored_value_in_a_section_the_run_does_not_read_is_refused(
 
 
 def test_an_old_workdir_of_a_method_without_systems_is_compared_on_every_key(
-    tmp_path, capsys):
+    tmp_path):
   """The key streams' revision check reads `systems.availability`, which
-  HIST's config lacks: it counts as its default, and the comparison goes on
-  to the key that differs."""
-  config = configured('hist')
+  FSL_OC's config lacks: it counts as its default, and the comparison goes
+  on to the key that differs."""
+  config = configured('fsl_oc')
   resolved = json.loads(config_lib.resolve(config).to_json())
   write_config_json(tmp_path, {**with_every_section(resolved),
                                'client_lr': 0.5, run._REVISION_KEY: 4})
