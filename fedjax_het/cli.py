@@ -45,8 +45,9 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
                        with --distributed: stop (one line, exit 1) when not every
                        process has joined after S seconds (default 300)
   --config.KEY=VALUE   override one key; VALUE is a Python literal or a string
-  --show-config        print the resolved config (every key, its value and what it
-                       means) and exit without training
+  --show-config        print the resolved config (the core keys and the sections the
+                       run reads: each key, its value and what it means) and exit
+                       without training
 
        fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
                         (fedjax-het bench --help for all options)
@@ -261,7 +262,8 @@ def _show_configs(configs: dict[str, ml_collections.ConfigDict]) -> int:
   """--show-config: checks every config as a run does before it trains
   (`run.check`: data loaded, federation built, devices), prints the warnings
   a run would print and what a natural set's files gave, then each config as
-  the run trains with it, every key with its description."""
+  the run trains with it (`config.resolve`: the core keys and the sections
+  the run reads), every key with its description."""
   from fedjax_het import run, sanity  # pylint: disable=g-import-not-at-top
   from fedjax_het.data import natural  # pylint: disable=g-import-not-at-top
   checked = {label: run.check(config) for label, config in configs.items()}

@@ -9,8 +9,11 @@ The core keys are `CoreOptions` below. Each algorithm family declares its own
 section next to its code (`fedjax_het.options.OptionGroup`; e.g. `submodel` in
 `methods/fiarse/submodels.py`, `hierarchy` in `parts/cells.py`) and checks it
 when the algorithm is built; `base_config()` holds every section so that any
-experiment file can set any method's keys. `describe()` gives every key's
-one-line description (`fedjax-het --show-config`).
+experiment file can set any method's keys. `resolve()` gives the config of a
+run: the core keys and the sections its method reads (`option_groups`, and
+`natural` with partition=natural), a value set in any other section refused
+in one line. `describe()` gives every key's one-line description
+(`fedjax-het --show-config`).
 """
 import dataclasses
 import difflib
@@ -26,7 +29,7 @@ from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
                                 positive, positive_int)
 
 __all__ = ['ConfigError', 'CoreOptions', 'base_config', 'describe',
-           'format_config', 'validate']
+           'format_config', 'resolve', 'validate']
 
 
 def _capacities(key: str, value) -> None:
@@ -158,10 +161,13 @@ def describe() -> dict[str, str]:
 
 def format_config(config: ml_collections.ConfigDict) -> str:
   """Every key of `config` with its value and one-line description, a line
-  each (`fedjax-het --show-config`)."""
+  each (`fedjax-het --show-config`); a resolved config holds the sections its
+  run reads only, and only those are shown."""
   docs = describe()
   lines = []
   for key, doc in docs.items():
+    if key.split('.')[0] not in config:
+      continue
     node = config
     for part in key.split('.'):
       node = node[part]
@@ -237,19 +243,22 @@ def check_known_keys(config: ml_collections.ConfigDict,
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks a resolved config's keys, core values, algorithm and the kinds of
-  its component options; raises ConfigError naming the first problem, the
+  """Checks a config's keys, core values, algorithm, sections and the kinds
+  of its component options; raises ConfigError naming the first problem, the
   same a run meets (`fedjax-het --show-config` refuses what a run would).
-  The algorithm's own sections are checked here as when it is built
-  (`OptionGroup.from_config`)."""
+  It is `resolve`, its result left out."""
   resolve(config)
 
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` validated (`validate`), with the options its method fixes
-  written in (`FederatedAlgorithm.fix_options`): what the run trains with,
-  as config.json and `--show-config` show it."""
+  """The config of the run: `config` checked, holding the core keys and only
+  the sections the run reads (`scoped`), with the options its method fixes
+  written in (`FederatedAlgorithm.fix_options`). What the run trains with,
+  as config.json and `--show-config` show it. A section `config` lacks is at
+  its defaults (`with_every_section`), so a resolved config resolves to
+  itself."""
   from fedjax_het import methods  # pylint: disable=g-import-not-at-top
+  config = with_every_section(config)
   check_known_keys(config, base_config())
   CoreOptions.from_config(config)
   try:
@@ -258,38 +267,71 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError(str(e)) from e
   for group in method.option_groups:
     group.from_config(config)
-  check_sections_in_use(config, method)
+  config = scoped(config, method)
   optim.refuse_server_keys(config, CoreOptions.defaults(), method)
   resolved = method.fix_options(config)
   check_component_options(config)
   return resolved
 
 
-def check_sections_in_use(config: ml_collections.ConfigDict, method) -> None:
-  """Refuses a value set in a section the run does not read: a method's
-  section (`option_groups`) under another method, or `natural` without
-  partition=natural. An option a run accepts changes what it does, or it is
-  refused in one line, never ignored."""
-  from fedjax_het import methods  # pylint: disable=g-import-not-at-top
+def with_every_section(config: ml_collections.ConfigDict
+                       ) -> ml_collections.ConfigDict:
+  """A copy of `config` with each section it lacks (a resolved config holds
+  only its run's) at its defaults: `config` on every key of
+  `base_config()`."""
+  full = config.copy_and_resolve_references()
   for group in option_groups():
-    if group in method.option_groups or (
-        group.key == 'natural' and config.partition == 'natural'):
-      continue
-    key = changed_key(config[group.key], group.defaults())
-    if key is None:
-      continue
-    value = config[group.key][key]
-    if group.key == 'natural':
-      raise ConfigError(f'natural.{key} = {value!r} is set, but only '
-                        'partition=natural reads the natural section.')
-    readers = [name for name, cls in methods.ALGORITHMS.items()
-               if group in cls.option_groups]
-    why = method.unread_sections.get(group.key)
-    raise ConfigError(
-        f'{group.key}.{key} = {value!r} is set, but {config.algorithm} does '
-        f'not read the {group.key} section{f": {why}" if why else ""} (read '
-        f'by {", ".join(readers)}); leave it unset or choose one of those '
-        'methods.')
+    if group.key not in full:
+      full[group.key] = group.defaults()
+  return full
+
+
+def sections_read(config: ml_collections.ConfigDict, method
+                  ) -> tuple[type[OptionGroup], ...]:
+  """The sections a run of `method` (a class) reads: its `option_groups`,
+  and `natural` with partition=natural; in `base_config()`'s order."""
+  return tuple(group for group in option_groups()
+               if group in method.option_groups or
+               (group.key == 'natural' and config.partition == 'natural'))
+
+
+def scoped(config: ml_collections.ConfigDict, method
+           ) -> ml_collections.ConfigDict:
+  """A copy of `config` (every section present) holding the core keys and
+  the sections a run of `method` reads (`sections_read`) only; a value set in
+  any other section is refused (`unread_value`): an option a run accepts
+  changes what it does, or it is refused in one line, never ignored."""
+  read = sections_read(config, method)
+  run_config = config.copy_and_resolve_references()
+  for group in option_groups():
+    if group not in read:
+      unread_value(config, group, method)
+      del run_config[group.key]
+  return run_config
+
+
+def unread_value(config: ml_collections.ConfigDict,
+                 group: type[OptionGroup], method) -> None:
+  """Raises ConfigError, one line naming the key, why `method` does not read
+  its section where the method says (`unread_sections`) and the methods that
+  read it, where `config` sets a key of `group`, a section the run does not
+  read, to another value than its default."""
+  from fedjax_het import methods  # pylint: disable=g-import-not-at-top
+  key = changed_key(config[group.key], group.defaults())
+  if key is None:
+    return
+  value = config[group.key][key]
+  if group.key == 'natural':
+    raise ConfigError(f'natural.{key} = {value!r} is set, but only '
+                      'partition=natural reads the natural section.')
+  readers = [name for name, cls in methods.ALGORITHMS.items()
+             if group in cls.option_groups]
+  why = method.unread_sections.get(group.key)
+  raise ConfigError(
+      f'{group.key}.{key} = {value!r} is set, but {config.algorithm} does '
+      f'not read the {group.key} section{f": {why}" if why else ""} (read '
+      f'by {", ".join(readers)}); leave it unset or choose one of those '
+      'methods.')
 
 
 def check_component_options(config: ml_collections.ConfigDict) -> None:

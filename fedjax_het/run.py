@@ -121,12 +121,6 @@ def _federated_split(config: ml_collections.ConfigDict):
         f'partition=natural reads the naturally partitioned sets '
         f'({", ".join(natural_lib.NATURAL_DATASETS)}) and they need it; got '
         f'dataset={config.dataset!r} with partition={config.partition!r}.')
-  changed = [key for key, value in natural_lib.NaturalOptions.defaults().items()
-             if config.natural[key] != value]
-  if changed and not natural:
-    raise config_lib.ConfigError(
-        f'natural.{changed[0]} is read by partition=natural only; leave it at '
-        'its default for a centralised dataset.')
   if natural:
     return natural_lib.load_from_config(config)
   dataset = data_lib.load_dataset(config.dataset,
@@ -239,6 +233,8 @@ def expand_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
   config = config.copy_and_resolve_references()
   for dotted in _PATH_KEYS:
     *parents, leaf = dotted.split('.')
+    if parents and parents[0] not in config:  # a section the run does not read
+      continue
     node = config
     for part in parents:
       node = node[part]
@@ -296,16 +292,19 @@ def _check_same_run(workdir: str, config: ml_collections.ConfigDict,
     return
   # Keys added to the library since the run started (a new method's
   # section, a new option) count as their defaults; keys removed since are
-  # left out (`_on_library_keys`), after the revision's refusal.
+  # left out (`_on_library_keys`), after the revision's refusal. A section
+  # one side lacks (a run's config holds the sections it reads) counts as
+  # its defaults.
   stored = dict(stored)
-  refusal = key_streams.resume_refusal(stored.pop(_REVISION_KEY, 1), config)
+  full = config_lib.with_every_section(config)
+  refusal = key_streams.resume_refusal(stored.pop(_REVISION_KEY, 1), full)
   if refusal:
     raise config_lib.ConfigError(
         f'workdir {workdir} holds a run that cannot resume bit-identically: '
         f'{refusal}; use a new --workdir.')
   base = json.loads(config_lib.base_config().to_json())
   previous = _on_library_keys(stored, base)
-  current = json.loads(config.to_json())
+  current = json.loads(full.to_json())
   resumable = _RESUMABLE_CHANGES
   method = methods.ALGORITHMS.get(config.algorithm)
   if getattr(method, 'schedule_depends_on_rounds', False):

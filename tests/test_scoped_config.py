@@ -1,14 +1,19 @@
 """A run reads only its method's sections: a value set in any other section,
 or a baseline's fixed option set otherwise, is refused in one line; what a
-run trains with is what its resolved config says."""
+run trains with is what its resolved config says, and that config (shown by
+`--show-config`, written to config.json) holds the core keys and the sections
+the run reads only; an older workdir holding every section resumes."""
+import json
+import os
+
 import pytest
 
-from fedjax_het import cli
+from fedjax_het import cli, run
 from fedjax_het import config as config_lib
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from test_reliability import one_line_error
-from test_run import QUICK
+from test_run import QUICK, QUICKSTART, quick_config, read_rows
 
 
 def configured(algorithm: str, **dotted):
@@ -212,3 +217,106 @@ def test_a_vit_method_refuses_a_cos2p_key_it_does_not_read(algorithm, key,
       f'cos2p.{key} = {value!r} is set, but {algorithm} does not read it (it '
       "is Co-S²P's own or another ViT method's); leave it unset.")
   config_lib.validate(configured('cos2p', **{f'cos2p__{key}': value}))
+
+
+# ---- the config of a run: the core keys and the sections it reads ---------------
+def printed_sections(text: str) -> set[str]:
+  """The sections of the `key = value` lines `format_config` printed."""
+  keys = [line.split(' = ')[0] for line in text.splitlines()
+          if line and not line.startswith(' ')]
+  assert set(config_lib.CoreOptions.describe()) <= set(keys)
+  return {key.split('.')[0] for key in keys if '.' in key}
+
+
+def test_show_config_of_fedavg_prints_only_the_sections_it_reads(capsys):
+  """`--show-config` of the quickstart (FedAvg) prints the core keys and
+  FedAvg's sections (links and work, the clock, cells), no other method's
+  nor `natural`; a resolved config resolves to itself."""
+  assert cli.main(['--config', QUICKSTART, '--show-config']) == 0
+  assert printed_sections(capsys.readouterr().out) == {'systems', 'clock',
+                                                       'hierarchy'}
+  resolved = config_lib.resolve(configured('fedavg'))
+  assert {'fedacs', 'cos2p', 'split', 'submodel', 'natural'}.isdisjoint(resolved)
+  assert config_lib.resolve(resolved).to_json() == resolved.to_json()
+
+
+@pytest.mark.parametrize('algorithm,sections', [
+    ('fsl_oc', {'split'}), ('hist', {'hierarchy', 'systems'}),
+    ('fedpm', {'cos2p', 'clock', 'fedpm'}), ('fedvarp', {'systems', 'fedacs'})])
+def test_a_resolved_config_holds_the_sections_its_method_lists(algorithm,
+                                                               sections):
+  resolved = config_lib.resolve(configured(algorithm))
+  assert set(resolved) - set(config_lib.CoreOptions.defaults()) == sections
+  natural = configured(algorithm)
+  natural.partition, natural.dataset = 'natural', 'femnist'
+  assert 'natural' in config_lib.resolve(natural)
+
+
+def test_a_key_of_a_section_a_run_does_not_read_is_refused_naming_its_readers():
+  """Sections of other methods are still in base_config(), so an experiment
+  file may set them; the run refuses them in one line (`config.scoped`)."""
+  with pytest.raises(ConfigError) as raised:
+    config_lib.resolve(configured('fedavg', split__upload_every=3))
+  assert str(raised.value) == (
+      'split.upload_every = 3 is set, but fedavg does not read the split '
+      'section (read by cse_fsl, fsl_an, fsl_mc, fsl_oc); leave it unset or '
+      'choose one of those methods.')
+
+
+def write_config_json(workdir, record: dict) -> None:
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    json.dump(record, f)
+
+
+def with_every_section(record: dict) -> dict:
+  """A run's config.json as workdirs before scoped configs held it: every
+  section of base_config(), those the run does not read at their defaults."""
+  return {**json.loads(config_lib.base_config().to_json()), **record}
+
+
+def test_a_workdir_holding_every_section_resumes_bit_identically(tmp_path):
+  """config.json holds the run's sections only; a workdir whose config.json
+  holds every section (an older version's) resumes, one more round, to the
+  metrics and parameters of an uninterrupted run."""
+  one_call = dict(rounds_per_call=1, eval_every=1, checkpoint_every=1)
+  whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
+  expected = run.train(quick_config(rounds=3, **one_call), whole)
+  with open(os.path.join(whole, 'config.json')) as f:
+    record = json.load(f)
+  assert set(record) - set(config_lib.CoreOptions.defaults()) == {
+      'systems', 'clock', 'hierarchy', run._REVISION_KEY}
+  run.train(quick_config(rounds=2, **one_call), parts)
+  with open(os.path.join(parts, 'config.json')) as f:
+    write_config_json(parts, with_every_section(json.load(f)))
+  resumed = run.train(quick_config(rounds=3, **one_call), parts)
+  assert read_rows(parts) == read_rows(whole)
+  for key in ('final_test_accuracy', 'final_test_loss', 'final_train_loss',
+              'totals'):
+    assert resumed[key] == expected[key]
+
+
+def test_a_stored_value_in_a_section_the_run_does_not_read_is_refused(
+    tmp_path, capsys):
+  """A workdir whose config.json sets a key of a section the resuming run
+  does not read (here fedacs.calibrate under FedAvg) holds another run:
+  refused in one line naming the section, before anything is built."""
+  config, _ = cli.resolve(QUICK)
+  record = with_every_section(json.loads(config_lib.resolve(config).to_json()))
+  record['fedacs']['calibrate'] = not record['fedacs']['calibrate']
+  write_config_json(tmp_path, record)
+  err = one_line_error(capsys, cli.main(QUICK + [f'--workdir={tmp_path}']), 2)
+  assert 'holds a run with a different config (fedacs)' in err
+
+
+def test_an_old_workdir_of_a_method_without_systems_is_compared_on_every_key(
+    tmp_path):
+  """The key streams' revision check reads `systems.availability`, which
+  FSL_OC's config lacks: it counts as its default, and the comparison goes
+  on to the key that differs."""
+  config = configured('fsl_oc')
+  resolved = json.loads(config_lib.resolve(config).to_json())
+  write_config_json(tmp_path, {**with_every_section(resolved),
+                               'client_lr': 0.5, run._REVISION_KEY: 4})
+  with pytest.raises(ConfigError, match=r'different config \(client_lr\)'):
+    run.train(config, str(tmp_path))

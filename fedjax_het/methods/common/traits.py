@@ -52,7 +52,7 @@ class MethodTraits:
   cell_defaults = cells_lib.FLAT
   averaged_parts = None
   # {section key: why the method does not read that section}, for the
-  # one-line refusal of a value set there (`config.check_sections_in_use`).
+  # one-line refusal of a value set there (`config.unread_value`).
   unread_sections = {}
   # Its server rule, in a few words, where `aggregate` takes no step of the
   # server optimiser (`server_step`); such a method refuses the server keys

@@ -147,7 +147,7 @@ class SplitLearning(FederatedAlgorithm):
           'split_cifar_cnn, split_emnist_cnn, split_lenet5, got '
           f'{config.model!r}.')
     self.split = SplitOptions.from_config(config)
-    if self.split.round_steps == 'epoch' and (
+    if self.split.round_steps == 'epoch' and 'systems' in config and (
         config.systems.local_work or config.systems.model in ('dynamic',
                                                               'trace')):
       raise ConfigError(
