@@ -91,6 +91,10 @@ ON = {
     # client; PARTS's (1, 2) is for two clients).
     'unequal work': {'systems.local_work': (1,) * (NUM_CLIENTS // 2) + (
         LOCAL_STEPS,) * (NUM_CLIENTS - NUM_CLIENTS // 2)},
+    # A link that is on fails with probability 0.5 and an off one comes back
+    # with 0.3: some upload of the 12 is lost with probability ≈ 1.
+    'Markov links': {'systems.model': 'markov', 'systems.markov_fail': (0.5,),
+                     'systems.markov_recover': (0.3,)},
     'virtual clock': {'clock.mu': 0.25},       # ⌈μN⌉ = 2 of 6 per round
     # Two edge rounds besides the cells: with one edge round, equal cells
     # and FedAvg's weights the cloud mean is the flat mean to rounding
@@ -109,6 +113,8 @@ NEUTRAL = {
                      'systems.available_p': (1.0,)},
     'lossy links': {'systems.q': (0.0,) * NUM_CLIENTS},
     'unequal work': {'systems.local_work': (LOCAL_STEPS,) * NUM_CLIENTS},
+    # Links that never fail: every link stays on from round 0.
+    'Markov links': {'systems.model': 'markov', 'systems.markov_fail': (0.0,)},
     # μ = 1, T_clk = 0, no staleness weight: every round is FedAvg's with
     # K = N (parts/clock.py), Co-S²P's synchronous; the jitter only moves
     # the virtual times.

@@ -29,6 +29,7 @@ def configured(algorithm: str, **dotted):
 PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
          'lossy links': ('systems', 'q', (0.3,)),
          'unequal work': ('systems', 'local_work', (1, 2)),
+         'Markov links': ('systems', 'model', 'markov'),
          'virtual clock': ('clock', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
          'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp')}
