@@ -7,7 +7,8 @@ The weights never train: the model is the run's initial params (a random
 init, or the checkpoint of `init_params_file`), and the server's state is a
 keep probability θ per unit (MSA head, attention-projection row, fc1 row,
 fc2 row of every block; `models.vit`), kept in `ServerState.extras['p']`
-{kind: [L, U]}. Synchronous rounds (μ = 1, T_clk = 0), full depth.
+{kind: [L, U]}. Synchronous rounds at the clock's defaults (μ = 1,
+T_clk = 0), full depth.
 
 Client n (Sec. 3 of the paper):
 
@@ -49,7 +50,7 @@ import jax.numpy as jnp
 from fedjax_het import optim
 from fedjax_het.methods.cos2p import masked_eval
 from fedjax_het.methods.cos2p.budget_masks import BudgetMasks
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
                                                  Cos2pOptions, then)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
@@ -117,7 +118,7 @@ class FedPM(BudgetMasks):
   option_groups = (Cos2pOptions, ClockOptions, FedPMOptions)
   full_depth = True
   per_round_metrics = ('mask_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
   reads_keys = BudgetMasks.reads_keys | {'logit_init_std'}   # s0's std
 
   def __init__(self, config, model, data):

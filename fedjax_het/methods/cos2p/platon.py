@@ -44,8 +44,8 @@ readings, options of `config.platon`:
 - The client uploads the units it trained in its last step; entries it
   pruned during the round revert to the round's start model (they are not
   uploaded), and the server averages every entry over the clients holding
-  it (`weighting='holders'`, as FedRolex and RAM-Fed). Synchronous: μ = 1,
-  T_clk = 0 are fixed.
+  it (`weighting='holders'`, as FedRolex and RAM-Fed). Synchronous at the
+  clock's defaults μ = 1, T_clk = 0.
 
 The clock (`vit_engine.VitOnClock.cost_submodel`) charges every round at the target width
 R_w; the ramp t < t_f trains wider submodels than it charges.
@@ -59,7 +59,7 @@ import numpy as np
 import optax
 
 from fedjax_het.core import program
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
                                                  Cos2pOptions, VitOnClock,
                                                  kept_units, revert_untrained)
 from fedjax_het.models import vit
@@ -139,7 +139,7 @@ class FedAvgPlaton(VitOnClock):
   name = 'vit_fedavg_platon'
   option_groups = (Cos2pOptions, ClockOptions, PlatonOptions)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)

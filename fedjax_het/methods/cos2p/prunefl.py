@@ -6,8 +6,8 @@ baselines, Tabs. 1–2: heads and rows, never single weights).
 One global sparse model: a 0/1 mask per unit (MSA head, attention-projection
 row, fc1 row, fc2 row of every block; `models.vit`) in
 `ServerState.extras['mask']`, full depth, FedAvg of every entry over the
-clients holding it (as FedRolex on this engine; synchronous with μ = 1,
-T_clk = 0 set by the experiment).
+clients holding it (as FedRolex on this engine; synchronous at the clock's
+defaults μ = 1, T_clk = 0).
 
 Importance (Sec. IV of the paper). Pruned units have zero weights in the
 forward pass (the server keeps their last values; a regrown unit resumes
@@ -61,7 +61,7 @@ import numpy as np
 import optax
 
 from fedjax_het.methods.cos2p import masked_eval
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
                                                  Cos2pOptions, VitOnClock)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
@@ -172,7 +172,7 @@ class PruneFL(VitOnClock):
   option_groups = (Cos2pOptions, ClockOptions, PruneFLOptions)
   full_depth = True
   per_round_metrics = ('model_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling'}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling'}
 
   def __init__(self, config, model, data):
     self.prunefl = PruneFLOptions.from_config(config)

@@ -40,8 +40,9 @@ constant in the backward), so the budget always holds and the bit-widths
 learn their differences; 'penalty' adds Q-ViT's λ·max(ρ − R_n, 0)² to the
 loss (its code penalises BitOPs). Bits start at 32·R_n.
 
-Federation: synchronous FedAvg on the ViT engine (`vit_engine`: full width
-and depth, μ = 1, T_clk = 0, every entry averaged over the clients). Bit-widths and scales are the client's own
+Federation: FedAvg on the ViT engine (`vit_engine`: full width and depth,
+synchronous at the clock's defaults μ = 1, T_clk = 0, every entry averaged
+over the clients). Bit-widths and scales are the client's own
 (`ServerState.clients`), trained by SGD at `quant_lr`; the weights by the
 client optimiser. The client receives the global model quantised with its
 own quantiser (`quantized_download`) and uploads q(w_end): the server
@@ -58,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
                                                  Cos2pOptions, VitOnClock)
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
@@ -147,7 +148,7 @@ class FedAvgQvit(VitOnClock):
   name = 'vit_fedavg_qvit'
   option_groups = (Cos2pOptions, ClockOptions, QvitOptions)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'full', 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'full', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.qvit = QvitOptions.from_config(config)

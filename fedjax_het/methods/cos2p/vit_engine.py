@@ -4,8 +4,11 @@ section (`Cos2pOptions`) and the virtual clock's, the `clock` section every
 method on the clock shares (`parts.clock.ClockOptions`). Co-S²P's own keys
 (mask phase, self-distillation, personal heads, Eq. 4 weighting) are read
 by `cos2p.Cos2p` and Eq. 2's by `budget_masks`; a baseline fixes the ones
-it does without (`fixed_options`, e.g. `clock.mu = 1`), so its resolved
-config says what it trains with.
+it does without (`fixed_options`, e.g. `cos2p.lambda_kd = 0`), so its
+resolved config says what it trains with. Every ViT method reads the clock
+section, whose defaults μ = 1, T_clk = 0 make the baselines synchronous as in
+the paper's tables; a config may set μ < 1 for any of them (e.g. FedRolex
+semi-asynchronously).
 
 Budgets. Client n has a budget R_n = R_w · R_d (`cos2p.budgets`; R_w =
 √(R·ρ), R_d = √(R/ρ), ρ = `width_depth_ratio`). It trains a window of
@@ -124,13 +127,13 @@ class Cos2pOptions(OptionGroup):
 
 
 # What every baseline of Co-S²P's tables fixes, as dotted 'section.key':
-# synchronous rounds (clock.mu = 1, clock.t_clk = 0; their RU < 100%), and
 # Co-S²P's own options at the values that mean "without them" (every entry
 # averaged over the clients holding it, no personal heads, no
-# self-distillation), which the engine does not read.
-SYNCHRONOUS_BASELINE = {'cos2p.weighting': 'holders',
-                        'cos2p.personal_heads': False, 'cos2p.lambda_kd': 0.0,
-                        'clock.mu': 1.0, 'clock.t_clk': 0.0}
+# self-distillation), which the engine does not read. Their synchronous
+# rounds (μ = 1, T_clk = 0; RU < 100%) are the clock section's defaults, not
+# fixed: the paper's rows set them (experiments/cos2p/cos2p_setup.py).
+WITHOUT_COS2P = {'cos2p.weighting': 'holders', 'cos2p.personal_heads': False,
+                 'cos2p.lambda_kd': 0.0}
 
 
 # The `cos2p` keys the engine's own code reads; a method adds those its code
