@@ -65,15 +65,13 @@ import numpy as np
 import optax
 
 from fedjax_het.methods.base import mean_over_active
-from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
-                                                 Cos2pOptions, VitOnClock,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P, VitOnClock,
                                                  revert_untrained)
 from fedjax_het.core import program
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, non_negative_int, option,
                                 positive, subset_of)
-from fedjax_het.parts.clock import ClockOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +135,7 @@ class FedAvgAdavit(VitOnClock):
   """FedAvg+AdaViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_adavit'
-  option_groups = (Cos2pOptions, ClockOptions, AdavitOptions)
+  option_groups = VitOnClock.option_groups + (AdavitOptions,)
   full_depth = True
   reads_decisions = True
   fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling',
@@ -233,8 +231,8 @@ class FedAvgAdavit(VitOnClock):
       return program.LocalModel(params, state)
 
     return program.ClientProgram(
-        init, step, final, num_steps=self.options.epochs * int(
-            self.batches.max()), batch_size=self.config.batch_size,
+        init, step, final, num_steps=self.max_local_steps(),
+        batch_size=self.config.batch_size,
         scan_unroll=self.config.scan_unroll)
 
   def round_metrics(self, state, plans, outputs):
