@@ -24,13 +24,13 @@ from script_utils import REPO, TESTS, default_flags_env
 from test_pinned import params_hash
 
 
-def trained(config, rounds=None):
+def trained(config):
   """(algorithm, final params as numpy, the rounds' metrics) of `config`,
   resolved as a run resolves it."""
   config = config_lib.resolve(config)
   algorithm, state, split = vit_experiment(config)
   state, metrics = RoundRunner(algorithm, 'map').run(
-      state, split.train.to_device(), rounds or config.rounds)
+      state, split.train.to_device(), config.rounds)
   return algorithm, [np.asarray(x) for x in jax.tree.leaves(state.params)], \
       metrics
 
