@@ -254,7 +254,8 @@ def charged_against_masks(algorithm, masks_before, charged):
       device = vit_cost.device(algorithm.device_types[n])
       seconds = lambda sub: np.float32(vit_cost.round_seconds(
           shape, sub, device, train_samples=int(algorithm.counts[n]),
-          batch=algorithm.config.batch_size, epochs=o.epochs,
+          batch=algorithm.config.batch_size,
+          steps=o.epochs * int(algorithm.batches[n]),
           mask_epochs=o.mask_epochs if q < o.mask_rounds else 0,
           bandwidth_bps=o.bandwidth_bps))
       realised = seconds(vit_cost.Submodel(

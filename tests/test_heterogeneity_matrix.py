@@ -131,6 +131,10 @@ NEUTRAL = {
     'AirComp channel': None,
 }
 assert set(ON) == set(NEUTRAL) == set(PARTS)
+# The ViT methods' equal work is every client's E = cos2p.epochs (1) epochs,
+# not local_steps steps (`methods/cos2p/vit_engine.work_steps`).
+VIT_EQUAL_WORK = {'systems.work_unit': 'epochs',
+                  'systems.local_work': (1,) * NUM_CLIENTS}
 
 # The ViT methods' own width rules (rolling, random or pruned units, learned
 # masks) act on clients below the full budget only: at the default budget 1
@@ -203,11 +207,18 @@ class Refused(Exception):
   """A one-line ConfigError raised while the run was validated or built."""
 
 
+# What a method trains besides its parameters, compared with them (the pins
+# hold the parameters): FedPM trains its mask posterior θ (`extras['p']`)
+# over weights that stay at their initialisation.
+TRAINED_EXTRAS = {'fedpm': 'p'}
+
+
 def final_params(config):
-  """The parameters after `config.rounds` rounds, run in-process as
-  `run.train` runs them (no evaluation, no workdir). A ConfigError (or the
-  ValueError `run.train` turns into one) while validating or building is
-  `Refused`; anything else propagates."""
+  """{'params': the parameters after `config.rounds` rounds, and the
+  method's `TRAINED_EXTRAS` under their key}, run in-process as `run.train`
+  runs them (no evaluation, no workdir). A ConfigError (or the ValueError
+  `run.train` turns into one) while validating or building is `Refused`;
+  anything else propagates."""
   try:
     config = config_lib.resolve(config)
     split, _, params, algorithm = run.build_experiment(config)
@@ -216,10 +227,14 @@ def final_params(config):
   except (ConfigError, ValueError) as e:
     raise Refused(str(e)) from e
   state, _ = runner.run(state, split.train.to_device(), config.rounds)
-  params = jax.device_get(state.params)
-  for leaf in jax.tree.leaves(params):
+  trained = {'params': state.params}
+  if config.algorithm in TRAINED_EXTRAS:
+    key = TRAINED_EXTRAS[config.algorithm]
+    trained[key] = state.extras[key]
+  trained = jax.device_get(trained)
+  for leaf in jax.tree.leaves(trained):
     assert np.all(np.isfinite(leaf)), f'{config.algorithm}: not finite'
-  return params
+  return trained
 
 
 def neutral_kinds(algorithm: str, kind: str) -> tuple[str, ...]:
@@ -248,7 +263,10 @@ def run_with(algorithm: str, kinds: tuple[str, ...] = (),
   neutral run by its kinds."""
   config = tiny_config(algorithm)
   for kind in kinds:
-    config = with_values(config, SETTINGS[setting][kind])
+    values = SETTINGS[setting][kind]
+    if (setting, kind) == ('neutral', 'unequal work') and config.model == 'vit':
+      values = VIT_EQUAL_WORK
+    config = with_values(config, values)
   started = time.process_time()
   try:
     return final_params(config)
@@ -333,8 +351,9 @@ def pinned_runs(methods) -> dict:
       runs[f'{algorithm}|{kind}'] = run_with(algorithm, (kind,))
     except Refused:
       continue
-  return {name: {'hash': params_hash(params), 'summary': summary(params)}
-          for name, params in runs.items()}
+  return {name: {'hash': params_hash(run['params']),
+                 'summary': summary(run['params'])}
+          for name, run in runs.items()}
 
 
 def matrix_report(methods=tuple(sorted(ALGORITHMS))) -> dict:

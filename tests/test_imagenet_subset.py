@@ -158,6 +158,11 @@ def test_experiment_configs_load_and_validate(name, capsys):
     assert list(row.client_sizes) == list(config.client_sizes)
   assert rows['cos2p'].to_json() == config.to_json()
   assert rows['cos2p_async'].clock.mu == 1 / len(clients)
+  # The paper's baselines are synchronous: their rows set μ = 1, T_clk = 0
+  # (the clock's defaults, which a ViT baseline does not fix).
+  for row in rows.values():
+    if row.algorithm != 'cos2p':
+      assert (row.clock.mu, row.clock.t_clk) == (1.0, 0.0), row.algorithm
 
 
 @pytest.mark.parametrize('name', ['E2', 'E3'])

@@ -107,9 +107,10 @@ def test_round_seconds_follows_the_spec_formula():
                     learns_mask=True)
   fast = vc.DeviceProfile('x', 1e9, 1.0, speed=1e9)
   cost = vc.client_cost(SMALL, sub, batch=4)
-  seconds = vc.round_seconds(SMALL, sub, fast, train_samples=10, batch=4,
-                             epochs=2, mask_epochs=3, bandwidth_bps=1e6)
   steps = math.ceil(10 / 4)
+  seconds = vc.round_seconds(SMALL, sub, fast, train_samples=10, batch=4,
+                             steps=2 * steps, mask_epochs=3,
+                             bandwidth_bps=1e6)     # E = 2 epochs
   expected = ((cost.download_bytes + cost.upload_bytes) * 8 / 1e6 +
               steps * 4 * (3 * cost.mask_flops + 2 * cost.step_flops) / 1e9)
   assert seconds == pytest.approx(expected)
@@ -207,7 +208,7 @@ def test_device_speeds_can_be_overridden():
     (lambda: vc.client_cost(SMALL, vc.Submodel(frozen=3, trainable=2), 1),
      'does not fit in depth 4'),
     (lambda: vc.round_seconds(SMALL, vc.Submodel(0, 1), vc.device('nx8'),
-                              train_samples=4, batch=2, epochs=1,
+                              train_samples=4, batch=2, steps=2,
                               mask_epochs=1), 'mask_epochs 1 needs'),
     (lambda: paper_settings.method_submodel(paper_settings.paper_experiment('E1'), 'sgd', 0, 0),
      "unknown method 'sgd'"),

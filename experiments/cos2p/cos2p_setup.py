@@ -43,8 +43,8 @@ MAX_ROUNDS = 2000
 
 
 # Tables 1–2's rows: label -> algorithm. Co-S²P(Async.) is clock.mu = 1/N, clock.t_clk = 0; the
-# baselines fix their own clock.mu = 1, clock.t_clk = 0
-# (`methods.cos2p.vit_engine.SYNCHRONOUS_BASELINE`).
+# baselines are the paper's synchronous ones, clock.mu = 1, clock.t_clk = 0 (`table_row` sets them:
+# a ViT baseline reads the clock section, synchronous at its defaults).
 TABLE_ROWS = {
     'fedavg_full': 'vit_fedavg', 'fedavg_platon': 'vit_fedavg_platon',
     'fedavg_adavit': 'vit_fedavg_adavit', 'fedavg_qvit': 'vit_fedavg_qvit', 'fedpm': 'fedpm',
@@ -56,15 +56,17 @@ def table_row(config, label: str):
   """Co-S²P's `config` as the row `label` of Tables 1–2 (a copy)."""
   row = config.copy_and_resolve_references()
   row.algorithm = TABLE_ROWS[label]
-  # A baseline trains with its fixed options (e.g. μ = 1, λ2 = 0), whatever
-  # Co-S²P's row sets, and without Co-S²P's keys it does not read (a method
-  # refuses those): its config says so.
+  # A baseline trains with its fixed options (e.g. λ2 = 0), whatever Co-S²P's
+  # row sets, without Co-S²P's keys it does not read (a method refuses
+  # those) and synchronously, as in the paper: its config says so.
   method = methods.algorithm_class(row.algorithm)
   row.cos2p.update({key: value for key, value in Cos2pOptions.defaults().items()
                     if key not in method.reads_keys})
   for dotted, value in method.fixed_options.items():   # 'section.key'
     section, key = dotted.split('.')
     row[section][key] = value
+  if row.algorithm != 'cos2p':
+    row.clock.update(mu=1.0, t_clk=0.0)
   if label == 'cos2p_async':
     row.clock.update(mu=1.0 / row.num_clients, t_clk=0.0)
   if row.algorithm == 'vit_fedavg_adavit':

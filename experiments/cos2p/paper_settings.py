@@ -141,8 +141,8 @@ def method_round_seconds(experiment: PaperExperiment, method: str, client: int,
                  round_index < experiment.mask_rounds else 0)
   return round_seconds(experiment.shape, sub, device(spec.device, speeds),
                        train_samples=spec.train_samples, batch=spec.batch,
-                       epochs=experiment.epochs, mask_epochs=mask_epochs,
-                       bandwidth_bps=bandwidth_bps)
+                       steps=experiment.epochs * math.ceil(spec.train_samples / spec.batch),
+                       mask_epochs=mask_epochs, bandwidth_bps=bandwidth_bps)
 
 
 def method_durations(experiment: PaperExperiment, method: str,

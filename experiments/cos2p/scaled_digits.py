@@ -42,8 +42,7 @@ CURVES = ('virtual_seconds',)
 def row_config(label: str):
   """The config of row `label` (`LABELS`), its rounds fitted to the time budget."""
   config = table_row(scaled_config(), 'cos2p' if label == 'cos2p_sync' else label)
-  if label == 'cos2p_sync' or config.algorithm != 'cos2p':
-    # Co-S²P (sync); the baselines fix these themselves (set as in the recorded runs).
+  if label == 'cos2p_sync':   # the baselines' rows are synchronous (`table_row`)
     config.clock.update(mu=1.0, t_clk=0.0)
   config = with_time_budget(config)
   if config.algorithm == 'prunefl':   # pruning on client 0, ten reconfigurations

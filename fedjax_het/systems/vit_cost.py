@@ -43,8 +43,9 @@ Per client (`client_cost`):
 Round time of client n dispatched in round q (`round_seconds`, spec §6, an
 inference; the paper measured real Jetsons):
 
-  T_n(q) = T_down + 1[q < Q̂]·Ê·nb_n·t_mask + E·nb_n·t_step + T_up,
-  nb_n = ⌈|D_n^train| / B_n⌉,
+  T_n(q) = T_down + 1[q < Q̂]·Ê·nb_n·t_mask + S_n·t_step + T_up,
+  nb_n = ⌈|D_n^train| / B_n⌉, S_n = E·nb_n weight-training steps (E epochs;
+  a client of unequal work runs its own S_n, `systems.local_work`),
   t_step = B_n·(F_fwd(frozen) + 3·F_fwd(trainable sliced + exits)) / S,
   t_mask = B_n·(F_fwd(embedding + frozen) + 2·F_fwd(trainable at full width)) / S,
 
@@ -348,28 +349,29 @@ def nx_ratio_speeds(nx_ratio: float,
 
 
 def round_seconds(shape: ViTShape, sub: Submodel, device_profile: DeviceProfile,
-                  *, train_samples: int, batch: int, epochs: int,
+                  *, train_samples: int, batch: int, steps: int,
                   mask_epochs: int = 0, bandwidth_bps: float = 1e9) -> float:
-  """T_n(q) (module docstring): download, mask phase, E epochs, upload; seconds.
+  """T_n(q) (module docstring): download, mask phase, S_n weight-training
+  steps, upload; seconds.
 
   Args:
     shape, sub: the model and the client's window.
     device_profile: its `speed` is S (FLOP/s).
     train_samples: |D_n^train|.
     batch: B_n.
-    epochs: E.
+    steps: S_n, the weight-training steps (E epochs: E·⌈|D_n^train|/B_n⌉).
     mask_epochs: Ê in rounds q < Q̂ (0 after; only for `learns_mask`).
     bandwidth_bps: link rate in bit/s, both directions.
   """
   positive_int('train_samples', train_samples)
-  non_negative_int('epochs', epochs)
+  non_negative_int('steps', steps)
   non_negative_int('mask_epochs', mask_epochs)
   positive('bandwidth_bps', bandwidth_bps)
   if mask_epochs and not sub.learns_mask:
     raise ConfigError(f'mask_epochs {mask_epochs} needs a submodel that learns '
                       f'its mask.')
   cost = client_cost(shape, sub, batch)
-  samples = math.ceil(train_samples / batch) * batch  # nb_n · B_n
-  flops = samples * (mask_epochs * cost.mask_flops + epochs * cost.step_flops)
+  mask_steps = mask_epochs * math.ceil(train_samples / batch)   # Ê·nb_n
+  flops = batch * (mask_steps * cost.mask_flops + steps * cost.step_flops)
   comm = (cost.download_bytes + cost.upload_bytes) * 8 / bandwidth_bps
   return comm + flops / device_profile.speed

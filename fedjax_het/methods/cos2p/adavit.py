@@ -42,7 +42,8 @@ the kinds in `decide` count. Our readings, options of `config.adavit`:
   (if its decisions are on); entries outside revert to the round's start
   model (they got no gradient; the revert also undoes the optimiser's
   weight decay on them). The server averages every entry over the clients
-  holding it (`weighting='holders'`), synchronous (μ = 1, T_clk = 0).
+  holding it (`weighting='holders'`), synchronous at the clock's defaults
+  (μ = 1, T_clk = 0).
 - Evaluation: the server's model is the global ViT with hard decisions;
   a client's is the same model with its decisions on or off (R_n < 1 or
   = 1) on its local test split.
@@ -64,15 +65,13 @@ import numpy as np
 import optax
 
 from fedjax_het.methods.base import mean_over_active
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
-                                                 Cos2pOptions, VitOnClock,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P, VitOnClock,
                                                  revert_untrained)
 from fedjax_het.core import program
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, non_negative_int, option,
                                 positive, subset_of)
-from fedjax_het.parts.clock import ClockOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +135,10 @@ class FedAvgAdavit(VitOnClock):
   """FedAvg+AdaViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_adavit'
-  option_groups = (Cos2pOptions, ClockOptions, AdavitOptions)
+  option_groups = VitOnClock.option_groups + (AdavitOptions,)
   full_depth = True
   reads_decisions = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling',
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling',
                    'cos2p.mask_rounds': 0}
   per_round_metrics = tuple(f'usage_{k}' for k in vit.DECISION_KINDS)
 
@@ -232,8 +231,8 @@ class FedAvgAdavit(VitOnClock):
       return program.LocalModel(params, state)
 
     return program.ClientProgram(
-        init, step, final, num_steps=self.options.epochs * int(
-            self.batches.max()), batch_size=self.config.batch_size,
+        init, step, final, num_steps=self.max_local_steps(),
+        batch_size=self.config.batch_size,
         scan_unroll=self.config.scan_unroll)
 
   def round_metrics(self, state, plans, outputs):

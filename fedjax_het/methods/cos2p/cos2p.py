@@ -347,7 +347,7 @@ class Cos2p(BudgetMasks):
     if self.options.weighting == 'holders':
       return super().update(state, plans, delta, units)
     return self.staleness_weighted(state, plans, delta, units,
-                                   plans.is_active())
+                                   plans.delivers())
 
   def staleness_weighted(self, state, plans, delta, units, active) -> PyTree:
     """Σ_n γ̃_n^i Δ_n^i per segment (Eqs. 4–5)."""

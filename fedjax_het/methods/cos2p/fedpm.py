@@ -7,7 +7,8 @@ The weights never train: the model is the run's initial params (a random
 init, or the checkpoint of `init_params_file`), and the server's state is a
 keep probability θ per unit (MSA head, attention-projection row, fc1 row,
 fc2 row of every block; `models.vit`), kept in `ServerState.extras['p']`
-{kind: [L, U]}. Synchronous rounds (μ = 1, T_clk = 0), full depth.
+{kind: [L, U]}. Synchronous rounds at the clock's defaults (μ = 1,
+T_clk = 0), full depth.
 
 Client n (Sec. 3 of the paper):
 
@@ -35,13 +36,13 @@ Evaluation: the initial weights under a mask drawn from θ (`eval_mask=
 'sample'`, one Bernoulli draw per evaluation, keyed by the round) or
 θ > ½ ('threshold'); both are in the authors' code.
 
-Clock: a client's round costs E epochs of forward + activation backward of
+Clock: a client's round costs its S_n steps (E epochs, or its unequal work
+`systems.local_work`) of forward + activation backward of
 the full-width model (no weight gradients; `vit_cost.client_cost`'s
 mask FLOPs, as Co-S²P's mask phase) plus 32 bits down and 1 bit up per
 unit on the link.
 """
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -49,8 +50,7 @@ import jax.numpy as jnp
 from fedjax_het import optim
 from fedjax_het.methods.cos2p import masked_eval
 from fedjax_het.methods.cos2p.budget_masks import BudgetMasks
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
-                                                 Cos2pOptions, then)
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P, then)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
@@ -58,7 +58,6 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
 from fedjax_het.models import vit
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative_int, option, positive)
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import vit_cost
 
 
@@ -114,10 +113,10 @@ class FedPM(BudgetMasks):
   """FedPM with one Bernoulli keep probability per head/row (module docstring)."""
 
   name = 'fedpm'
-  option_groups = (Cos2pOptions, ClockOptions, FedPMOptions)
+  option_groups = BudgetMasks.option_groups + (FedPMOptions,)
   full_depth = True
   per_round_metrics = ('mask_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
   reads_keys = BudgetMasks.reads_keys | {'logit_init_std'}   # s0's std
 
   def __init__(self, config, model, data):
@@ -126,7 +125,8 @@ class FedPM(BudgetMasks):
 
   # ---- the clock ---------------------------------------------------------------
   def client_round_seconds(self):
-    """E epochs of mask training at full width plus the link (module doc)."""
+    """S_n steps (E epochs) of mask training at full width plus the link
+    (module doc)."""
     o = self.options
     if self.clock_options.client_seconds:
       return super().client_round_seconds()
@@ -139,8 +139,7 @@ class FedPM(BudgetMasks):
     seconds = []
     for n, kind in enumerate(self.device_types):
       speed = vit_cost.device(kind, o.device_speeds).speed * o.speed_scale
-      samples = math.ceil(self.counts[n] / batch) * batch
-      seconds.append(comm + o.epochs * samples * flops / speed)
+      seconds.append(comm + int(self.round_steps[n]) * batch * flops / speed)
     return lambda client, dispatch_round, index: seconds[client]
 
   # ---- state ---------------------------------------------------------------------
@@ -187,7 +186,7 @@ class FedPM(BudgetMasks):
     upload draw."""
     scores = program.sgd_program(
         self.mask_loss, lambda lr: optim.adan(self.fedpm.score_lr),
-        num_steps=self.options.epochs * int(self.batches.max()),
+        num_steps=self.max_local_steps(),
         batch_size=self.config.batch_size,
         trainable=(('client_state', 'logits'),),
         scan_unroll=self.config.scan_unroll)
@@ -210,7 +209,7 @@ class FedPM(BudgetMasks):
     f = self.fedpm
     reset = (state.round % f.reset_every == 0) if f.reset_every else False
     extras = posterior_update(state.extras, outputs.client_state['units'],
-                              plans.is_active(), jnp.asarray(reset),
+                              plans.delivers(), jnp.asarray(reset),
                               f.prior, f.posterior)
     return state.replace(extras=extras)
 

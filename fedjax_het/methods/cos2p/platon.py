@@ -44,8 +44,8 @@ readings, options of `config.platon`:
 - The client uploads the units it trained in its last step; entries it
   pruned during the round revert to the round's start model (they are not
   uploaded), and the server averages every entry over the clients holding
-  it (`weighting='holders'`, as FedRolex and RAM-Fed). Synchronous: μ = 1,
-  T_clk = 0 are fixed.
+  it (`weighting='holders'`, as FedRolex and RAM-Fed). Synchronous at the
+  clock's defaults μ = 1, T_clk = 0.
 
 The clock (`vit_engine.VitOnClock.cost_submodel`) charges every round at the target width
 R_w; the ramp t < t_f trains wider submodels than it charges.
@@ -59,12 +59,10 @@ import numpy as np
 import optax
 
 from fedjax_het.core import program
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
-                                                 Cos2pOptions, VitOnClock,
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P, VitOnClock,
                                                  kept_units, revert_untrained)
 from fedjax_het.models import vit
 from fedjax_het.options import ConfigError, OptionGroup, in_range, option
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import units as units_lib
 
 # The leaves PLATON scores: every entry of a structured unit.
@@ -137,14 +135,14 @@ class FedAvgPlaton(VitOnClock):
   """FedAvg+PLATON on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_platon'
-  option_groups = (Cos2pOptions, ClockOptions, PlatonOptions)
+  option_groups = VitOnClock.option_groups + (PlatonOptions,)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling', 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)
     self.platon = PlatonOptions.from_config(config)
-    per_round = self.options.epochs * self.batches
+    per_round = self.round_steps
     self.horizon_steps = (per_round * (config.rounds if self.platon.horizon
                                        == 'training' else 1)).astype(np.float32)
     self.pruned_specs = {k: self.specs[k] for k in PRUNED_LEAVES}
@@ -231,6 +229,6 @@ class FedAvgPlaton(VitOnClock):
       return self.finish_weights(local.replace(params=params), plan)
 
     return program.ClientProgram(
-        init, step, final, num_steps=self.options.epochs * int(
-            self.batches.max()), batch_size=self.config.batch_size,
+        init, step, final, num_steps=self.max_local_steps(),
+        batch_size=self.config.batch_size,
         scan_unroll=self.config.scan_unroll)

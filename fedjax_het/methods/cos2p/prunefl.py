@@ -6,8 +6,8 @@ baselines, Tabs. 1–2: heads and rows, never single weights).
 One global sparse model: a 0/1 mask per unit (MSA head, attention-projection
 row, fc1 row, fc2 row of every block; `models.vit`) in
 `ServerState.extras['mask']`, full depth, FedAvg of every entry over the
-clients holding it (as FedRolex on this engine; synchronous with μ = 1,
-T_clk = 0 set by the experiment).
+clients holding it (as FedRolex on this engine; synchronous at the clock's
+defaults μ = 1, T_clk = 0).
 
 Importance (Sec. IV of the paper). Pruned units have zero weights in the
 forward pass (the server keeps their last values; a regrown unit resumes
@@ -61,15 +61,14 @@ import numpy as np
 import optax
 
 from fedjax_het.methods.cos2p import masked_eval
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
-                                                 Cos2pOptions, VitOnClock)
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
+                                                 VitOnClock)
 from fedjax_het.core import key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.models import vit
 from fedjax_het.options import (OptionGroup, in_range, non_negative_int,
                                 option)
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import vit_cost
 
@@ -169,10 +168,10 @@ class PruneFL(VitOnClock):
   """PruneFL with structured units (module docstring)."""
 
   name = 'prunefl'
-  option_groups = (Cos2pOptions, ClockOptions, PruneFLOptions)
+  option_groups = VitOnClock.option_groups + (PruneFLOptions,)
   full_depth = True
   per_round_metrics = ('model_density',)
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling'}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling'}
 
   def __init__(self, config, model, data):
     self.prunefl = PruneFLOptions.from_config(config)
@@ -189,8 +188,8 @@ class PruneFL(VitOnClock):
         shape) + shape.depth * 4 * d)
     speeds = [vit_cost.device(k, o.device_speeds).speed * o.speed_scale
               for k in self.device_types]
-    samples = np.ceil(self.counts / config.batch_size) * config.batch_size
-    per_flop = float(np.max(o.epochs * samples / np.asarray(speeds))) * 3
+    samples = self.round_steps * config.batch_size
+    per_flop = float(np.max(samples / np.asarray(speeds))) * 3
     per_param = 2 * 32 / o.bandwidth_bps
     self.unit_time = {k: per_flop * flops[k] + per_param * p
                       for k, p in self.unit_params.items()}
@@ -336,8 +335,7 @@ class PruneFL(VitOnClock):
     return {**ones, **{g: units[k] for k, g in GROUPS.items()}}
 
   def client_program(self) -> program.ClientProgram:
-    return self.importance_program(self.options.epochs *
-                                   int(self.batches.max()))
+    return self.importance_program(self.max_local_steps())
 
   # ---- the server ------------------------------------------------------------------
   def aggregate(self, state: ServerState, plans: ClientPlan,

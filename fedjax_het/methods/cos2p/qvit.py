@@ -40,8 +40,9 @@ constant in the backward), so the budget always holds and the bit-widths
 learn their differences; 'penalty' adds Q-ViT's λ·max(ρ − R_n, 0)² to the
 loss (its code penalises BitOPs). Bits start at 32·R_n.
 
-Federation: synchronous FedAvg on the ViT engine (`vit_engine`: full width
-and depth, μ = 1, T_clk = 0, every entry averaged over the clients). Bit-widths and scales are the client's own
+Federation: FedAvg on the ViT engine (`vit_engine`: full width and depth,
+synchronous at the clock's defaults μ = 1, T_clk = 0, every entry averaged
+over the clients). Bit-widths and scales are the client's own
 (`ServerState.clients`), trained by SGD at `quant_lr`; the weights by the
 client optimiser. The client receives the global model quantised with its
 own quantiser (`quantized_download`) and uploads q(w_end): the server
@@ -58,12 +59,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.cos2p.vit_engine import (SYNCHRONOUS_BASELINE,
-                                                 Cos2pOptions, VitOnClock)
+from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P,
+                                                 VitOnClock)
 from fedjax_het.core import program
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive)
-from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.systems import vit_cost
 
 # group -> (the kernel it quantises, whether it has one bit-width per head).
@@ -145,9 +145,9 @@ class FedAvgQvit(VitOnClock):
   """FedAvg+Q-ViT on the ViT engine (module docstring)."""
 
   name = 'vit_fedavg_qvit'
-  option_groups = (Cos2pOptions, ClockOptions, QvitOptions)
+  option_groups = VitOnClock.option_groups + (QvitOptions,)
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'full', 'cos2p.mask_rounds': 0}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'full', 'cos2p.mask_rounds': 0}
 
   def __init__(self, config, model, data):
     self.qvit = QvitOptions.from_config(config)
@@ -307,7 +307,7 @@ class FedAvgQvit(VitOnClock):
     o, q = self.options, self.qvit
     base = program.sgd_program(
         self.weight_loss, self.client_optimizer(),
-        num_steps=o.epochs * int(self.batches.max()),
+        num_steps=self.max_local_steps(),
         batch_size=self.config.batch_size,
         trainable=(('params',), ('client_state', 'bits'),
                    ('client_state', 'scales')),
@@ -340,7 +340,8 @@ class FedAvgQvit(VitOnClock):
 
   def round_metrics(self, state, plans, outputs):
     """The engine's metrics with the bytes counted quantised: down at the
-    client's bit-widths at the round's start, up at its end."""
+    client's bit-widths at the round's start, up at its end (uploads that
+    get through)."""
     metrics = super().round_metrics(state, plans, outputs)
     active = plans.is_active()
     budget = plans.extras['budget']
@@ -348,5 +349,5 @@ class FedAvgQvit(VitOnClock):
     down = measure(state.clients['bits'], budget)
     up = measure(outputs.client_state['bits'], budget)
     metrics['bytes_down'] = jnp.sum(jnp.where(active, down, 0.0))
-    metrics['bytes_up'] = jnp.sum(jnp.where(active, up, 0.0))
+    metrics['bytes_up'] = jnp.sum(jnp.where(plans.delivers(), up, 0.0))
     return metrics

@@ -4,8 +4,11 @@ section (`Cos2pOptions`) and the virtual clock's, the `clock` section every
 method on the clock shares (`parts.clock.ClockOptions`). Co-S²P's own keys
 (mask phase, self-distillation, personal heads, Eq. 4 weighting) are read
 by `cos2p.Cos2p` and Eq. 2's by `budget_masks`; a baseline fixes the ones
-it does without (`fixed_options`, e.g. `clock.mu = 1`), so its resolved
-config says what it trains with.
+it does without (`fixed_options`, e.g. `cos2p.lambda_kd = 0`), so its
+resolved config says what it trains with. Every ViT method reads the clock
+section, whose defaults μ = 1, T_clk = 0 make the baselines synchronous as in
+the paper's tables; a config may set μ < 1 for any of them (e.g. FedRolex
+semi-asynchronously).
 
 Budgets. Client n has a budget R_n = R_w · R_d (`cos2p.budgets`; R_w =
 √(R·ρ), R_d = √(R/ρ), ρ = `width_depth_ratio`). It trains a window of
@@ -47,7 +50,24 @@ generic part's staleness weights (`clock.staleness_weight`,
 `staleness_exponent`) are refused: Co-S²P weighs stale updates by Eq. 4
 (`cos2p.weighting`).
 
-A round: E epochs (`epochs`) of `client_optimizer` (Adan with proximal
+Lossy links and unequal work (`config.systems`, the `parts.links_work`
+part, composed with the engine's `part_types`): client n's update is
+weighed by its link outcome Z_n drawn for its dispatch round, as the clock
+part plans at dispatch (`at_dispatch`): a lost upload (Z_n = 0) gives it
+weight 0, so it holds no entry of any mean (Co-S²P's Eq. 4 counts only the
+uploads that get through, `ClientPlan.delivers`) and uploads no bytes; its
+round still takes its time on the clock. Its local work T_n
+(`systems.local_work` in `systems.work_unit`: steps, or epochs of its data;
+empty: E = `epochs` epochs each, as without the part) sets the S_n steps it
+runs (`work_steps`, `round_steps`), and the analytic clock charges them
+(`vit_cost.round_seconds`). The clock is simulated on the host before the
+rounds, so T_n must be static: the dynamic and trace models, which draw it
+in the compiled round, are refused in one line (`refuse_drawn_work`).
+Availability (`systems.availability`) is refused: Alg. 1 dispatches every
+idle client, and no reading of an offline client on the clock is modelled
+here.
+
+A round: S_n steps (E epochs, `epochs`) of `client_optimizer` (Adan with proximal
 weight decay, or SGD) on the client's submodel with the cross-entropy
 summed over its exits (`weight_loss`); gradients and updates are masked to
 the entries it trains (`entry_holders`), which it uploads. The server
@@ -80,6 +100,7 @@ from fedjax_het.options import (ConfigError, OptionGroup, each, in_range,
                                 option, positive, positive_int, same_value,
                                 subset_of)
 from fedjax_het.parts import clock as clock_part
+from fedjax_het.parts import links_work
 from fedjax_het.parts.clock import per_client
 from fedjax_het.submodel import units as units_lib
 from fedjax_het.systems import clock, vit_cost
@@ -124,13 +145,13 @@ class Cos2pOptions(OptionGroup):
 
 
 # What every baseline of Co-S²P's tables fixes, as dotted 'section.key':
-# synchronous rounds (clock.mu = 1, clock.t_clk = 0; their RU < 100%), and
 # Co-S²P's own options at the values that mean "without them" (every entry
 # averaged over the clients holding it, no personal heads, no
-# self-distillation), which the engine does not read.
-SYNCHRONOUS_BASELINE = {'cos2p.weighting': 'holders',
-                        'cos2p.personal_heads': False, 'cos2p.lambda_kd': 0.0,
-                        'clock.mu': 1.0, 'clock.t_clk': 0.0}
+# self-distillation), which the engine does not read. Their synchronous
+# rounds (μ = 1, T_clk = 0; RU < 100%) are the clock section's defaults, not
+# fixed: the paper's rows set them (experiments/cos2p/cos2p_setup.py).
+WITHOUT_COS2P = {'cos2p.weighting': 'holders', 'cos2p.personal_heads': False,
+                 'cos2p.lambda_kd': 0.0}
 
 
 # The `cos2p` keys the engine's own code reads; a method adds those its code
@@ -153,6 +174,34 @@ _SECTIONS = {'cos2p': (Cos2pOptions, "it is Co-S²P's own or another ViT "
                        "method's"),
              'clock': (clock_part.ClockOptions, "the ViT methods weigh stale "
                        "updates by their own rule, Co-S²P's cos2p.weighting")}
+
+
+# ---- local work (host numpy) --------------------------------------------------
+def refuse_drawn_work(systems) -> None:
+  """ConfigError where the `systems` section draws T_m per round in the
+  compiled round (the dynamic and trace models): the ViT clock charges each
+  client's work on the host before the rounds (`work_steps`)."""
+  if systems.model in ('dynamic', 'trace'):
+    raise ConfigError(
+        f'systems.model = {systems.model!r} draws each client\'s local work per '
+        'round in the compiled round, but the ViT methods\' clock charges it '
+        "on the host before the rounds; use systems.model 'static' or "
+        "'markov' (a fixed T_m per client).")
+
+
+def work_steps(config, counts: np.ndarray, epochs: int) -> np.ndarray:
+  """S_m, the weight-training steps of client m's round, int64 [N]: E·⌈n_m/B⌉
+  (E = `epochs`, counts n_m [N]), or where `systems.local_work` is set its
+  T_m in `systems.work_unit` (T_m, or T_m·⌈n_m/B⌉ for epochs), as the
+  links-and-work model assigns them (`parts.links_work.Heterogeneity`, its
+  `shuffle` included). Static (`refuse_drawn_work`): the clock charges them."""
+  batches = -(-counts // config.batch_size)
+  if not config.systems.local_work:
+    return epochs * batches
+  model = links_work.Heterogeneity.from_config(
+      config.systems, client_counts=counts, batch_size=config.batch_size,
+      default_work=1, seed=config.seed)
+  return model.work * model.steps_per_work
 
 
 # ---- windows (host numpy; `window_offsets` also traced) ----------------------
@@ -242,9 +291,13 @@ class VitOnClock(FederatedAlgorithm):
 
   # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
   # the engine builds the clock part itself (`on_clock`, with its
-  # round-time model `round_durations`), so none is composed
-  # (`part_types`).
-  option_groups = (Cos2pOptions, clock_part.ClockOptions)
+  # round-time model `round_durations`), so the generic one is not composed
+  # (`part_types`); the `systems` section's links-and-work part is.
+  option_groups = (Cos2pOptions, clock_part.ClockOptions,
+                   links_work.SystemsOptions)
+  # Alg. 1 dispatches every idle client: no sampler draws among the online
+  # clients, so the availability part refuses itself (`part_types`).
+  samples_available_clients = False
   schedule_depends_on_rounds = True
   own_server_rule = ('a ViT method aggregates by its own rule: entries '
                      'averaged over their holders, FedPM a mask posterior')
@@ -265,7 +318,11 @@ class VitOnClock(FederatedAlgorithm):
     into their sections (a copy); a fixed option that `config` sets to
     another value than its default is refused, never overwritten, and so is
     a key of its sections (`cos2p`, `clock`) the method neither reads
-    (`reads_keys`, CLOCK_KEYS) nor fixes."""
+    (`reads_keys`, CLOCK_KEYS) nor fixes; the parts check it first
+    (`MethodTraits.fix_options`), and `refuse_drawn_work` refuses local work
+    the host cannot charge."""
+    config = super().fix_options(config)
+    refuse_drawn_work(config.systems)
     reads = {'cos2p': cls.reads_keys, 'clock': CLOCK_KEYS}
     for section, (group, reason) in _SECTIONS.items():
       for key, default in group.defaults().items():
@@ -325,6 +382,7 @@ class VitOnClock(FederatedAlgorithm):
         full_width=o.width_masks == 'full', full_depth=self.full_depth)
     self.counts = np.asarray(data.counts)
     self.batches = -(-self.counts // config.batch_size)      # ⌈n / B⌉
+    self.round_steps = work_steps(config, self.counts, o.epochs)   # S_m
     self.data_shape = data.feature_shape
     self.template = jax.eval_shape(
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
@@ -337,10 +395,18 @@ class VitOnClock(FederatedAlgorithm):
   # ---- the virtual clock -----------------------------------------------------
   @classmethod
   def part_types(cls) -> tuple[type, ...]:
-    """None composed: the engine builds the clock part itself (`on_clock`,
-    with its round-time model `round_durations`, not the generic one of
-    `local_steps` seconds per round) and plans its rounds itself."""
-    return ()
+    """The parts of its sections but the clock: links and work
+    (`LinksWork`, read at each client's dispatch, `plan_round`) and
+    availability, which refuses itself (`samples_available_clients`). The
+    engine builds the clock part itself (`on_clock`, with its round-time
+    model `round_durations`, not the generic one of `local_steps` seconds
+    per round) and plans its rounds itself."""
+    return tuple(part for part in super().part_types()
+                 if part is not clock_part.OnClock)
+
+  def max_local_steps(self) -> int:
+    """The program's length: the most steps S_m of a client round."""
+    return int(self.round_steps.max())
 
   @property
   def schedule(self) -> clock.Schedule:
@@ -390,7 +456,7 @@ class VitOnClock(FederatedAlgorithm):
     def seconds(client: int, sub: vit_cost.Submodel, mask_epochs: int) -> float:
       return vit_cost.round_seconds(
           shape, sub, devices[client], train_samples=int(self.counts[client]),
-          batch=self.config.batch_size, epochs=o.epochs,
+          batch=self.config.batch_size, steps=int(self.round_steps[client]),
           mask_epochs=mask_epochs, bandwidth_bps=o.bandwidth_bps)
 
     def duration(client: int, dispatch_round: int, index: int) -> float:
@@ -448,7 +514,9 @@ class VitOnClock(FederatedAlgorithm):
     `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
     'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
     {kind: [N, L, U]} and the clock's inputs of the round, 'clock' (as the
-    clock part's plans carry them, `parts.clock.VirtualClock`)."""
+    clock part's plans carry them, `parts.clock.VirtualClock`). Client n
+    runs its S_n steps (`round_steps`); the parts adjust its plan as in its
+    dispatch round (`at_dispatch`)."""
     del data
     n = self.num_clients
     if inputs is None:
@@ -464,7 +532,6 @@ class VitOnClock(FederatedAlgorithm):
     layers = jnp.arange(self.model.depth)
     run = layers[None] < (offset + depth)[:, None]
     frozen = layers[None] < offset[:, None]
-    batches = jnp.asarray(self.batches, jnp.int32)
     extras = {
         'run': run, 'frozen': frozen,
         'exits': jax.vmap(self.exit_positions)(offset, depth),
@@ -473,12 +540,29 @@ class VitOnClock(FederatedAlgorithm):
         'units': self.round_units(dispatch, keys),
         self.on_clock.name: inputs,
     }
-    return ClientPlan(
+    plans = ClientPlan(
         client_id=ids, key=keys,
-        num_steps=self.options.epochs * batches,
+        num_steps=jnp.asarray(self.round_steps, jnp.int32),
         lr=jnp.full((n,), self.config.client_lr, jnp.float32),
         weight=self.client_weights(ids), group=jnp.zeros((n,), jnp.int32),
         extras=extras, active=inputs['arrives'], start_model=ids)
+    return self.at_dispatch(state, dispatch, plans)
+
+  def at_dispatch(self, state: ServerState, dispatch: jax.Array,
+                  plans: ClientPlan) -> ClientPlan:
+    """`plans` [N] adjusted by the parts as in each client's dispatch round
+    (`dispatch` int [N]), as the clock part plans at dispatch: links and
+    work weigh client n's update by its link outcome Z_n of that round
+    (w_n·Z_n; 0: its upload is lost, it is no holder of any entry and
+    uploads no bytes). Its steps stay S_n (`round_steps`: the part's T_n,
+    which the clock charges)."""
+    def adjust(dispatch_round, plan):
+      one = jax.tree.map(lambda x: x[None], plan)
+      one = self.parts.adjust(state.replace(round=dispatch_round), one)
+      return jax.tree.map(lambda x: x[0], one)
+
+    adjusted = jax.vmap(adjust)(dispatch, plans)
+    return adjusted.replace(num_steps=plans.num_steps)
 
   def client_key(self, state: ServerState, dispatch_round: jax.Array,
                  client: jax.Array) -> jax.Array:
@@ -582,7 +666,7 @@ class VitOnClock(FederatedAlgorithm):
     `finish_weights`."""
     weights = program.sgd_program(
         self.weight_loss, self.client_optimizer(),
-        num_steps=self.options.epochs * int(self.batches.max()),
+        num_steps=self.max_local_steps(),
         batch_size=self.config.batch_size,
         scan_unroll=self.config.scan_unroll,
         step_mask=lambda local, plan: self.entry_holders(
@@ -635,7 +719,8 @@ class VitOnClock(FederatedAlgorithm):
     return itemsize * count(down), itemsize * count(up) + bits / 8
 
   def round_metrics(self, state, plans, outputs):
-    """Loss, examples and bytes of the arrived updates, and the clock:
+    """Loss, examples and bytes of the arrived updates (up: those whose
+    upload gets through, `ClientPlan.delivers`), and the clock:
     virtual seconds of the round, client busy seconds, arrivals and their
     summed staleness (running totals in the logs)."""
     active = plans.is_active()
@@ -645,7 +730,7 @@ class VitOnClock(FederatedAlgorithm):
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
-        'bytes_up': jnp.sum(jnp.where(active, up, 0.0)),
+        'bytes_up': jnp.sum(jnp.where(plans.delivers(), up, 0.0)),
     }, plans, outputs)
 
   # ---- evaluation --------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The width baselines of Co-S²P's tables on the ViT engine
-(`vit_engine.VitOnClock`), synchronous (μ = 1, T_clk = 0) and averaging
+(`vit_engine.VitOnClock`), synchronous by default (μ = 1, T_clk = 0, the
+clock's defaults; `clock.mu` < 1 runs them semi-asynchronously) and averaging
 every entry over the clients holding it; they differ only in the fixed
 width rule (`cos2p.width_masks`) and the depth:
 
@@ -12,26 +13,27 @@ width rule (`cos2p.width_masks`) and the depth:
   fresh random ⌈β·U⌉ of the heads and rows of every layer per client and
   round at β = R_w.
 """
-from fedjax_het.methods.cos2p.vit_engine import SYNCHRONOUS_BASELINE, \
+from fedjax_het.methods.cos2p.vit_engine import WITHOUT_COS2P, \
     VitOnClock
 
 
 class FedAvgFull(VitOnClock):
   """FedAvg (Full) on the clock: every client trains the whole ViT each
-  synchronous round and the server averages them (`aggregation_weights`)."""
+  round (synchronous by default) and the server averages them
+  (`aggregation_weights`)."""
   name = 'vit_fedavg'
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'full'}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'full'}
 
 
 class FedRolexVit(VitOnClock):
   """FedRolex's rolling heads and rows at full depth (module docstring)."""
   name = 'vit_fedrolex'
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'rolling'}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling'}
 
 
 class RamFed(VitOnClock):
   """RAM-Fed's random heads and rows at full depth (module docstring)."""
   name = 'ram_fed'
   full_depth = True
-  fixed_options = {**SYNCHRONOUS_BASELINE, 'cos2p.width_masks': 'random'}
+  fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'random'}
