@@ -72,9 +72,7 @@ from fedjax_het.core import parts as parts_lib
 from fedjax_het.core.backends import Clients
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
-from fedjax_het.methods.common.accounting import (Accounting, mean_over_active,
-                                                  payload_bytes,
-                                                  payload_bytes_per_client)
+from fedjax_het.methods.common.accounting import Accounting
 from fedjax_het.methods.common.local_training import LocalTraining
 from fedjax_het.methods.common.planning import Planning, occurrence_index
 from fedjax_het.methods.common.server import ServerRule

@@ -36,9 +36,9 @@ from fedjax_het.parts import links_work
 
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
-  # Runs under lossy uplinks and unequal work (the base class's systems
-  # part), on the virtual clock (its clock part) and in cells (its cells
-  # part, `self.cells`, with the 'mean' edge rule: Eq. (6)).
+  # Runs under the parts of these sections (`core.parts`): lossy uplinks,
+  # unequal work and availability, the virtual clock, and cells (with the
+  # 'mean' edge rule: Eq. (6)).
   option_groups = (links_work.SystemsOptions, ClockOptions,
                    cells_lib.HierarchyOptions)
   sums_deltas_in_map = True

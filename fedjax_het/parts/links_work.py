@@ -54,10 +54,10 @@ MODELS = ('static', 'dynamic', 'markov', 'trace')
 @dataclasses.dataclass(frozen=True)
 class SystemsOptions(OptionGroup):
   """`config.systems`: every round each client m has an upload failure
-  probability q_m and local work T_m, and is online or not (read by FedAvg,
-  the submodel and FedACS families: the systems part of `methods.base`);
-  checked against the clients by `Heterogeneity.from_config` and
-  `Availability.from_section`."""
+  probability q_m and local work T_m, and is online or not (the links-and-work
+  and availability parts of every method listing this section: the
+  README's parts table says which); checked against the clients by
+  `Heterogeneity.from_config` and `Availability.from_section`."""
   key = 'systems'
   model: str = option('static', 'how q and T evolve: static | dynamic | markov | trace', choices=MODELS)
   q: tuple = option((0.0,), 'static: q_m per client (one value = every client)')
@@ -295,7 +295,7 @@ class LinksWork(parts.Part):
   On when `config.systems`' links-and-work keys leave their defaults (q = 0,
   every client `local_steps`), or always for a method whose own rule reads
   the draws (`reads_draws`: the FedACS family's sampling and calibration read
-  q and T; it plans with them itself, `draws`).
+  q and T, reading them through `Parts.draws`).
   """
   name = 'links_work'
 

@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_het.methods.base import mean_over_active
+from fedjax_het.methods.common.accounting import mean_over_active
 from fedjax_het.methods.cos2p.vit_engine import (WITHOUT_COS2P, VitOnClock,
                                                  revert_untrained)
 from fedjax_het.core import program

@@ -304,7 +304,7 @@ class FedAvgQvit(VitOnClock):
   def client_program(self) -> program.ClientProgram:
     """E epochs on the fake-quantised model (weights, bits and scales), from
     the quantised download to the quantised upload."""
-    o, q = self.options, self.qvit
+    q = self.qvit
     base = program.sgd_program(
         self.weight_loss, self.client_optimizer(),
         num_steps=self.max_local_steps(),

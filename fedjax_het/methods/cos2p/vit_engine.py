@@ -90,7 +90,8 @@ import optax
 
 from fedjax_het import evaluation, optim
 from fedjax_het.methods import self_distillation
-from fedjax_het.methods.base import FederatedAlgorithm, mean_over_active
+from fedjax_het.methods.base import FederatedAlgorithm
+from fedjax_het.methods.common.accounting import mean_over_active
 from fedjax_het.core import aggregation, key_streams, program
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState

@@ -109,7 +109,6 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.methods.common.accounting import mean_over_active, \
