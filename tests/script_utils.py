@@ -153,7 +153,7 @@ CHILDREN.update({
     for i, name in enumerate(MATRIX_CHILDREN)})
 
 
-def _shared_report(shared: pathlib.Path, name: str, timeout=900) -> dict:
+def _shared_report(shared: pathlib.Path, name: str, timeout=1800) -> dict:
   """`CHILDREN[name]`'s report, computed once per test session: the first
   process to take the lock `shared/name.lock` runs the child and writes
   `shared/name.json`, the others read it."""
@@ -165,7 +165,7 @@ def _shared_report(shared: pathlib.Path, name: str, timeout=900) -> dict:
   return json.loads(report.read_text())
 
 
-def run_child(name: str, scratch: pathlib.Path, timeout=900) -> str:
+def run_child(name: str, scratch: pathlib.Path, timeout=1800) -> str:
   """The last line of stdout of `CHILDREN[name]` (its JSON report), run
   from this process's environment (a test session's, or one given its flags
   by `add_test_flags`) less the flags the child compiles without."""

@@ -239,7 +239,7 @@ def test_show_config_of_fedavg_prints_only_the_sections_it_reads(capsys):
 
 @pytest.mark.parametrize('algorithm,sections', [
     ('fsl_oc', {'split'}), ('hist', {'hierarchy', 'systems'}),
-    ('fedpm', {'cos2p', 'clock', 'fedpm'}), ('fedvarp', {'systems', 'fedacs'})])
+    ('fedpm', {'cos2p', 'clock', 'fedpm', 'systems'}), ('fedvarp', {'systems', 'fedacs'})])
 def test_a_resolved_config_holds_the_sections_its_method_lists(algorithm,
                                                                sections):
   resolved = config_lib.resolve(configured(algorithm))
