@@ -192,9 +192,10 @@ def test_cells_compose_with_lossy_links_and_unequal_work():
                               rtol=1e-5, atol=1e-6)
 
 
-def assert_cells_key_refused(config, key: str, value, says: str) -> None:
+def assert_cells_key_refused(config, key: str, value, says: str) -> str:
   """`config` in 2 cells with `hierarchy.<key> = value` is refused in one
-  line naming the key and `config.algorithm`, saying `says`."""
+  line naming the key and `config.algorithm`, saying `says`; returns the
+  line."""
   config.hierarchy.update({'num_cells': 2, key: value})
   with pytest.raises(ConfigError) as raised:
     config_lib.validate(config)
@@ -202,6 +203,7 @@ def assert_cells_key_refused(config, key: str, value, says: str) -> None:
   assert message.startswith(
       f'hierarchy.{key} = {value!r} is set, but {config.algorithm}')
   assert says in message and '\n' not in message
+  return message
 
 
 @pytest.mark.parametrize('key,value,says', [

@@ -7,7 +7,6 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_het import config as config_lib
 from fedjax_het import methods, models
 from fedjax_het.methods.split import split_accounting as accounting
 from fedjax_het.config import base_config
@@ -17,6 +16,7 @@ from fedjax_het.options import ConfigError
 from engine_utils import (assert_backends_agree, checkpoint_round_trip,
                           committed, run_every_backend)
 from script_utils import load_script
+from test_cells_part import assert_cells_key_refused
 
 CLIENTS, EXAMPLES, SHAPE = 3, 20, (8, 8, 1)
 
@@ -520,12 +520,7 @@ def test_fsl_mc_in_cells_is_fedavg_in_cells_on_the_composed_model():
     ('fsl_oc', 'its one server serves the whole cohort round-robin')])
 def test_split_methods_training_a_server_on_smashed_data_refuse_cells(name,
                                                                       says):
-  config = split_config(name)
-  config.hierarchy.num_cells = 2
-  with pytest.raises(ConfigError) as raised:
-    config_lib.validate(config)
-  message = str(raised.value)
+  message = assert_cells_key_refused(split_config(name), 'num_cells', 2, says)
   assert message.startswith(f'hierarchy.num_cells = 2 is set, but {name} '
                             'does not read the hierarchy section: ')
-  assert says in message and 'fsl_mc runs in cells' in message
-  assert '(read by ' in message and '\n' not in message
+  assert 'fsl_mc runs in cells' in message and '(read by ' in message

@@ -166,7 +166,7 @@ REFUSED_TOGETHER = {
 
 # The config section that turns each part on, for the refusal's line.
 SECTIONS = {'clock': 'clock.*', 'availability': 'systems.availability',
-            'cells': 'hierarchy.*', 'links_work': 'systems.*'}
+            'cells': 'hierarchy.*'}
 
 
 # (config section, part type): the registered parts, in the order they act.
@@ -196,9 +196,6 @@ class Parts:
       if len(owners) > 1:
         raise ConfigError(f'{" and ".join(owners)} both take over the '
                           f'round\'s {phase}; set one of them.')
-
-  def __iter__(self):
-    return iter(self.parts)
 
   @property
   def names(self) -> tuple[str, ...]:
