@@ -159,3 +159,48 @@ def test_fixed_durations_and_jitter_check_their_inputs():
     clock.with_jitter(short, 0.1, seed=-3)
   with pytest.raises(ConfigError, match=r'rounds \[4, 6\) run past the 5'):
     hand_schedule().round_inputs(4, 2)
+
+
+def test_only_online_clients_are_dispatched_and_rounds_wait_for_the_running():
+  """Seconds 1, 2, 3, μ = 1; online rows [1 1 0], [0 1 1], [0 0 0], [1 1 1].
+  Round 0 dispatches clients 0 and 1 and waits for those two (not ⌈μN⌉ =
+  3): t = 2. Round 1 dispatches 1 (t = 4) and 2 (t = 5): t = 5. Round 2 has
+  nobody online: it closes at once with no arrival. Round 3 dispatches all:
+  t = 8."""
+  online = np.array([[1, 1, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1]], bool)
+  s = clock.simulate(clock.fixed_durations([[1] * 4, [2] * 4, [3] * 4]),
+                     num_clients=3, rounds=4, mu=1.0, t_clk=0.0,
+                     online=online)
+  np.testing.assert_array_equal(s.dispatched, online)
+  np.testing.assert_array_equal(s.arrivals, online)
+  np.testing.assert_array_equal(s.end_time, [2, 5, 5, 8])
+  np.testing.assert_array_equal(s.start_time, [0, 2, 5, 5])
+  assert s.max_staleness == 0
+
+
+def test_an_offline_idle_client_waits_while_stragglers_train_on():
+  """μ = 1/3, seconds 1, 2, 3, online [1 1 1], [1 0 1], [0 1 1]: round 0
+  closes on client 0 (t = 1); round 1 dispatches 0 again (2 would be, but
+  it is still training) and closes on it at t = 2, taking client 1's update
+  (k = 0) finishing at the window's end; round 2 dispatches client 1 only
+  (client 0 is offline) and closes on client 2 (k = 0, τ = 2) at t = 3."""
+  online = np.array([[1, 1, 1], [1, 0, 1], [0, 1, 1]], bool)
+  s = clock.simulate(clock.fixed_durations([[1] * 3, [2] * 3, [3] * 3]),
+                     num_clients=3, rounds=3, mu=1 / 3, t_clk=0.0,
+                     online=online)
+  np.testing.assert_array_equal(
+      s.dispatched, [[1, 1, 1], [1, 0, 0], [0, 1, 0]])
+  np.testing.assert_array_equal(
+      s.arrivals, [[1, 0, 0], [1, 1, 0], [0, 0, 1]])
+  np.testing.assert_array_equal(s.staleness, [[0, 0, 0], [0, 1, 0],
+                                              [0, 0, 2]])
+  np.testing.assert_array_equal(s.end_time, [1, 2, 3])
+
+
+def test_every_client_online_is_the_schedule_without_availability():
+  plain = hand_schedule()
+  online = hand_schedule(online=np.ones((5, 4), bool))
+  for field in ('arrivals', 'dispatch_round', 'dispatched', 'end_time',
+                'busy'):
+    np.testing.assert_array_equal(getattr(online, field),
+                                  getattr(plain, field))

@@ -100,15 +100,6 @@ def test_the_clock_takes_a_round_time_model_and_follows_its_changes():
                                 [[False, False, True], [True, False, True]])
 
 
-@pytest.mark.parametrize('arguments', [
-    {}, {'local_steps': 2}, {'local_steps': 2, 'seed': 0, 'duration': max}])
-def test_the_clock_takes_one_round_time_model(arguments):
-  with pytest.raises(ValueError, match='either a duration model or the '
-                     'local steps and seed'):
-    clock_part.VirtualClock(clock_part.ClockOptions(), num_clients=2,
-                            rounds=1, **arguments)
-
-
 def assert_start_rows(state, expected) -> None:
   """After the schedule's first 3 rounds, start-table row n is the model of
   client n's dispatch round: rounds 3, 2 and 0 of `expected` (models per
@@ -325,3 +316,49 @@ def test_fiarse_plans_a_stale_client_from_its_dispatch_model():
                               jax.tree.map(lambda t: t[0], dispatched))
   assert any((p != c[0]).any() for p, c in zip(jax.tree.leaves(planned),
                                                jax.tree.leaves(current)))
+
+
+def with_availability(config, p):
+  config.systems.availability = 'bernoulli'
+  config.systems.available_p = (p,)
+  return config
+
+
+def test_the_clock_hosts_availability_and_dispatches_only_online_clients():
+  """FedAvg on the clock with P(online) = 0.5: availability leaves the
+  chain (the clock hosts it); the clock's online rows are the draws a
+  synchronous round r makes from the run's key (PRNGKey(seed)); no client
+  is dispatched in a round it is offline, and every arrival trained from a
+  dispatch the schedule made."""
+  config = with_availability(clock_config('fedavg', mu=1 / 3, jitter=0.3),
+                             0.5)
+  config.rounds = 8
+  algorithm, _, data = build(config)
+  assert algorithm.parts.names == ('clock',)
+  online = algorithm.parts['clock'].clock.online
+  synchronous = build(with_availability(
+      tiny_config(algorithm='fedavg', num_clients=3, clients_per_round=3,
+                  rounds=8), 0.5))[0]
+  part = synchronous.parts['availability']
+  state = synchronous.init(build(config)[1].params,
+                           jax.random.PRNGKey(config.seed))
+  for r in range(8):
+    np.testing.assert_array_equal(
+        online[r], part.online(state.replace(round=jnp.int32(r))))
+  schedule = algorithm.parts['clock'].clock.schedule
+  assert 0 < online.sum() < online.size
+  assert not (schedule.dispatched & ~online).any()
+  assert schedule.arrivals.any(axis=1).sum() < 8   # some round was empty
+
+
+def test_every_client_online_on_the_clock_is_the_clock_alone_bit_for_bit():
+  config = clock_config('fedavg', mu=1 / 3, jitter=0.3)
+  alone, state, data = build(config)
+  online, online_state, _ = build(with_availability(
+      clock_config('fedavg', mu=1 / 3, jitter=0.3), 1.0))
+  for key, value in alone.round_inputs(0, ROUNDS)['clock'].items():
+    np.testing.assert_array_equal(online.round_inputs(0, ROUNDS)['clock'][key],
+                                  value)
+  a, _ = RoundRunner(alone, 'map').run(state, data, ROUNDS)
+  b, _ = RoundRunner(online, 'map').run(online_state, data, ROUNDS)
+  chex.assert_trees_all_equal(a.params, b.params)

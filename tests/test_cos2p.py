@@ -81,10 +81,12 @@ def test_the_engines_clock_with_fixed_seconds_is_the_generic_part():
   config.rounds = 6
   algorithm, _, _ = build(config)
   generic = clock_part.VirtualClock(
-      algorithm.clock_options, num_clients=4, rounds=6, local_steps=7,
-      seed=config.seed)
+      algorithm.clock_options, num_clients=4, rounds=6,
+      duration=clock_part.step_durations(
+          algorithm.clock_options, num_clients=4, rounds=6, local_steps=7,
+          seed=config.seed))
   assert algorithm.schedule.max_staleness > 0
-  chex.assert_trees_all_equal(algorithm.round_inputs(0, 6),
+  chex.assert_trees_all_equal(algorithm.round_inputs(0, 6)['clock'],
                               generic.round_inputs(0, 6))
   facts = algorithm.summary_facts()
   del facts['client_memory_bytes']
@@ -190,7 +192,7 @@ def test_semi_async_rounds_resume_exactly_and_backends_agree(tmp_path):
     ('cos2p.budgets', (0.01,), 'trainable blocks'),
     ('cos2p.device_types', ('tx2',), "unknown device type 'tx2'"),
     ('model_options', dict(TINY_VIT, heads=3), 'divisible by heads'),
-    ('clients_per_round', 2, 'clients_per_round must equal num_clients'),
+    ('clients_per_round', 2, 'needs clients_per_round = num_clients'),
 ])
 def test_bad_input_fails_with_one_line(key, value, message):
   config = cos2p_config()

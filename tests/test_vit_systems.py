@@ -126,7 +126,8 @@ def test_the_neutral_setting_is_the_run_without_the_part(compared):
   """The part on at q = 0 and equal work trains the run without it, bit
   for bit, on the same clock."""
   without, neutral = compared['without'], compared['neutral']
-  assert neutral['parts'] == ['links_work'] and without['parts'] == []
+  assert neutral['parts'] == ['links_work', 'clock']
+  assert without['parts'] == ['clock']
   assert neutral['hash'] == without['hash']
   assert neutral['end_time'] == without['end_time']
 
@@ -157,12 +158,28 @@ def test_unequal_work_runs_and_is_charged_as_the_clients_steps():
     assert duration(n, 0, 0) == expected
 
 
+def test_only_online_clients_are_dispatched_on_the_vit_clock():
+  """Availability under a ViT method (hosted by its clock): with P(online)
+  = 0.5 no client is dispatched in a round it is offline, some round
+  dispatches fewer than all idle clients, and every arrival trains."""
+  config = fedrolex(mu=0.5)
+  config.systems.availability = 'bernoulli'
+  config.systems.available_p = (0.5,)
+  algorithm, params, metrics = trained(config)
+  online = algorithm.virtual_clock.online
+  schedule = algorithm.schedule
+  assert 'availability' not in algorithm.parts.names
+  assert not (schedule.dispatched & ~online[:config.rounds]).any()
+  assert (online[:config.rounds] < 1).any()
+  np.testing.assert_array_equal(metrics['arrivals'],
+                                schedule.arrivals.sum(1))
+  assert all(np.isfinite(p).all() for p in params)
+
+
 @pytest.mark.parametrize('keys,message', [
     (dict(model='dynamic'), "systems.model = 'dynamic' draws each client's "
      'local work per round in the compiled round'),
     (dict(model='trace'), "systems.model = 'trace' draws"),
-    (dict(availability='bernoulli'), "systems.availability = 'bernoulli' is "
-     'set, but vit_fedrolex samples among all clients by its own rule'),
 ])
 def test_what_the_vit_clock_cannot_model_is_refused_in_one_line(keys,
                                                                  message):

@@ -21,7 +21,7 @@ rounds.
 import numpy as np
 
 from fedjax_het.config import base_config
-from fedjax_het.parts.clock import ClockOptions, VirtualClock
+from fedjax_het.parts.clock import ClockOptions, VirtualClock, step_durations
 
 NUM_CLIENTS = 20
 VIRTUAL_SECONDS = 90.0
@@ -42,10 +42,12 @@ def rounds_within(config, seconds: float) -> int:
   for twice as many rounds until the clock passes `seconds`)."""
   rounds = 32
   while True:
-    schedule = VirtualClock(ClockOptions.from_config(config),
-                            num_clients=config.num_clients, rounds=rounds,
-                            local_steps=config.local_steps,
-                            seed=config.seed).schedule
+    options = ClockOptions.from_config(config)
+    schedule = VirtualClock(
+        options, num_clients=config.num_clients, rounds=rounds,
+        duration=step_durations(options, num_clients=config.num_clients,
+                                rounds=rounds, local_steps=config.local_steps,
+                                seed=config.seed)).schedule
     if schedule.end_time[-1] > seconds:
       return int(np.searchsorted(schedule.end_time, seconds, side='right'))
     rounds *= 2

@@ -34,8 +34,14 @@ The hooks, in the order a round reaches them:
 A starred hook takes a round phase over (`takes_over`): at most one part of a
 run takes each, and `compose` refuses two that would. Which parts combine with
 which is the one table `REFUSED_TOGETHER`, each entry with its reason; which
-methods a part runs under is the part's own `refusal(method, config)`, from
+methods a part runs under is the part's own `check(method, config)`, from
 what the method declares (`FederatedAlgorithm`'s class attributes).
+
+A part may host another (`hosts`, by name): where both are on, the host
+models the guest itself (`host(guest)`) and the guest leaves the chain. The
+virtual clock hosts availability: it dispatches only the clients online in
+a round, on the host, so availability's hooks inside the round (the
+sampler's online clients, idle offline slots) do not apply.
 """
 from typing import Any, Callable, Sequence
 
@@ -64,6 +70,8 @@ class Part:
   # Whether `weigh` changes an arrival's delta or weight (else the stacked
   # deltas of a method that reads them are not weighed at all).
   weighs = False
+  # The names of the parts it models itself where both are on (`host`).
+  hosts: frozenset = frozenset()
 
   @classmethod
   def check(cls, method, config):
@@ -77,6 +85,11 @@ class Part:
   def build(cls, method, config, data) -> 'Part | None':
     """The part `config` sets for `method` (built with `data`), or None: off.
     Raises ConfigError in one line where the method cannot run under it."""
+    raise NotImplementedError
+
+  def host(self, guest: 'Part') -> None:
+    """Takes `guest` (a part named in `hosts`) in: the part models it from
+    now on, and `compose` leaves it out of the chain."""
     raise NotImplementedError
 
   # ---- host ------------------------------------------------------------------
@@ -153,9 +166,6 @@ class Part:
 
 # Pairs of parts that do not run together, with the reason (one table).
 REFUSED_TOGETHER = {
-    frozenset({'clock', 'availability'}):
-        "the clock dispatches every idle client at a round's start (Alg. 1), "
-        'so availability is not modelled on it',
     frozenset({'cells', 'clock'}):
         'cells run every sampled client of a cell through its E edge rounds; '
         'the virtual clock is not modelled in cells',
@@ -200,6 +210,15 @@ class Parts:
   @property
   def names(self) -> tuple[str, ...]:
     return tuple(p.name for p in self.parts)
+
+  def __getitem__(self, name: str) -> Part:
+    """The part called `name` (KeyError where it is off); for a method
+    defined on a part, as the ViT methods are on the clock, to read the
+    part's host side (its schedule)."""
+    for part in self.parts:
+      if part.name == name:
+        return part
+    raise KeyError(f'no part {name!r} is on; on: {self.names}')
 
   def owner(self, phase: str) -> Part | None:
     """The part that takes `phase` over, or None."""
@@ -290,7 +309,8 @@ class Parts:
 
 def compose(method, part_types: Sequence[type], config, data) -> Parts:
   """The parts `config` turns on among `part_types` for `method`, checked
-  against each other (`REFUSED_TOGETHER`) and chained in the listed order."""
+  against each other (`REFUSED_TOGETHER`), a hosted part handed to its host
+  (`Part.hosts`), chained in the listed order."""
   parts = []
   for part_type in part_types:
     part = part_type.build(method, config, data)
@@ -303,4 +323,10 @@ def compose(method, part_types: Sequence[type], config, data) -> Parts:
             f'{SECTIONS[other.name]} and {SECTIONS[part.name]} are both set '
             f'for {method.name}, but {reason}: set one of them.')
     parts.append(part)
-  return Parts(parts)
+  hosted = set()
+  for host in parts:
+    for guest in parts:
+      if guest.name in host.hosts:
+        host.host(guest)
+        hosted.add(guest.name)
+  return Parts([p for p in parts if p.name not in hosted])

@@ -22,6 +22,11 @@ Models (`systems.availability`):
   (`systems.availability_trace`, e.g. converted from FedScale's
   client_behave_trace); round r uses row r mod R'.
 
+On the virtual clock (`parts.clock.OnClock`, which hosts this part) the
+clock dispatches only the idle clients online at a round's start, from
+`Availability.rounds_online` evaluated on the host (`systems.clock`); the
+hooks below are then not used.
+
 As a part (`OnlineClients`), it gives the sampler the round's online clients
 (`online`) and marks a slot active only when its client is online (`adjust`).
 Sampling among the online clients is the sampler's: FedAvg's and the
@@ -43,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_het.core import parts
+from fedjax_het.core import key_streams, parts
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientPlan, ServerState, round_key
 from fedjax_het.options import ConfigError
@@ -113,6 +118,18 @@ class Availability:
     num_clients = (self.p if self.model == 'bernoulli' else self.phase).shape[0]
     return jax.random.uniform(key, (num_clients,)) < self.online_prob(
         round_index)
+
+
+  def rounds_online(self, key: jax.Array, rounds: int) -> np.ndarray:
+    """bool [rounds, M]: `draw` of rounds 0 … rounds − 1 on the host, each
+    from the AVAILABILITY stream of round r of `key` (`round_key`'s: with
+    the run's state key, the clients a synchronous round r finds online)."""
+    def row(r):
+      round_key_ = key_streams.fold(jax.random.fold_in(key, r),
+                                    Stream.AVAILABILITY)
+      return self.draw(round_key_, r)
+
+    return np.asarray(jax.jit(jax.vmap(row))(jnp.arange(rounds)))
 
 
 class OnlineClients(parts.Part):

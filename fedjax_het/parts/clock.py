@@ -31,29 +31,35 @@ rounds read, and keeps the stale-model table:
 - the clock's round metrics and summary facts (virtual time, RU in the
   three forms of `systems.clock`, the largest staleness).
 
-Client round times are a round-time model `duration(client, dispatch_round,
-index) -> seconds` that `VirtualClock` takes: by default (`step_durations`)
-`client_seconds` (default one second per local step: `local_steps` for every
-client, FedAvg's clients do equal work; a method whose clients run unequal
-steps gives its own, `FederatedAlgorithm.clock_default_steps`) times the
-lognormal jitter; they are host-made before the rounds, so the systems
-part's T_m (drawn in the compiled round) sets a client's steps, not its
-seconds.
+Client round times are the method's round-time model `duration(client,
+dispatch_round, index) -> seconds` (`round_durations`), which `VirtualClock`
+takes: by default (`step_durations`) `client_seconds` (default one second
+per local step: `local_steps` for every client, FedAvg's clients do equal
+work; a method whose clients run unequal steps gives its own,
+`clock_default_steps`) times the lognormal jitter; they are host-made
+before the rounds, so the systems part's T_m (drawn in the compiled round)
+sets a client's steps, not its seconds.
+
+Availability (`systems.availability`) composes with the clock, which hosts
+it (`core.parts`' `hosts`): a client is dispatched at a round's start only
+if it is online in that round, and the round waits for min(⌈μN⌉, clients
+training) arrivals (`systems.clock`). Our reading for per-round models: a
+client dispatched while online finishes its update (the models have no
+time within a round).
 
 The ViT engine of Co-S²P and its baselines (`methods/cos2p/vit_engine.py`)
 reads the same section (`clock.mu`, `t_clk`, `tau_max`, `client_seconds`,
-`jitter`), is always on the clock, and builds this part with its own
-round-time model (the analytic ViT cost model where `client_seconds` is
-empty, `fixed_seconds` where it is set, times the jitter); Co-S²P's model
-charges the masks its clients learn and changes as rounds are charged, so
-it simulates the clock again after each charge (`VirtualClock.simulate`).
-The engine is not composed with the part (it plans its rounds itself) but
-holds one (`OnClock`) and calls its hooks for the schedule inputs, facts,
-start table, redispatch and metrics, with the same keys; it refuses `staleness_weight` and
-`staleness_exponent` (Co-S²P weighs stale updates by its Eq. 4,
-`cos2p.weighting`). `FederatedAlgorithm` runs any other method that lists
-`ClockOptions` under the clock when the section is not at its defaults
-(`base.py`'s module docstring gives the reading).
+`jitter`) and is always on the clock (`always_on_clock`), composed like any
+method's, with its own round-time model (the analytic ViT cost model where
+`client_seconds` is empty, `fixed_seconds` where it is set, times the
+jitter); Co-S²P's model charges the masks its clients learn and changes as
+rounds are charged, so it simulates the clock again after each charge
+(`VirtualClock.simulate`). The engine plans its rounds itself from the
+part's inputs; it refuses `staleness_weight` and `staleness_exponent`
+(Co-S²P weighs stale updates by its Eq. 4, `cos2p.weighting`).
+`FederatedAlgorithm` runs any other method that lists `ClockOptions` under
+the clock when the section is not at its defaults (`base.py`'s module
+docstring gives the reading).
 """
 import dataclasses
 import math
@@ -157,42 +163,43 @@ class VirtualClock:
 
   Args:
     options: the `clock` section.
-    num_clients: N (every client is dispatched whenever idle).
+    num_clients: N (every idle client is dispatched, or every idle client
+      online in the round where `online` is set).
     rounds: Q, the rounds simulated.
-    local_steps, seed: the default round-time model (`step_durations`).
-    duration: the round-time model instead, `duration(client,
-      dispatch_round, index) -> seconds` with its jitter (e.g. the ViT
+    duration: the round-time model, `duration(client, dispatch_round,
+      index) -> seconds` with its jitter (`step_durations`, or e.g. the ViT
       engine's analytic one); it may change as rounds are charged, and
       `simulate` follows it.
+    online: bool [Q, N], who can be dispatched in each round (the hosted
+      availability part's draws); None: every client.
   """
 
   def __init__(self, options: ClockOptions, *, num_clients: int, rounds: int,
-               local_steps: int | tuple | None = None,
-               seed: int | None = None,
-               duration: clock.Duration | None = None):
-    default = (local_steps is not None, seed is not None)
-    if all(default) == (duration is not None) or any(default) != all(default):
-      raise ValueError('VirtualClock takes either a duration model or the '
-                       'local steps and seed of the default one.')
-    if duration is None:
-      duration = step_durations(options, num_clients=num_clients,
-                                rounds=rounds, local_steps=local_steps,
-                                seed=seed)
+               duration: clock.Duration, online: np.ndarray | None = None):
     self.options = options
     self.num_clients = num_clients
     self.rounds = rounds
     self.duration = duration
-    self.simulate()
+    self.online = online
+    self._schedule = None
+
+  @property
+  def schedule(self) -> clock.Schedule:
+    """The last `simulate`'s schedule (simulated on first use)."""
+    if self._schedule is None:
+      self.simulate()
+    return self._schedule
 
   def simulate(self) -> clock.Schedule:
     """`schedule`: Alg. 1 over the Q rounds with the round-time model as it
     is now (a model that charges what clients learn, Co-S²P's realised
     masks, is simulated again after each charge); returned as well."""
     o = self.options
-    self.schedule = clock.simulate(
+    self._schedule = clock.simulate(
         self.duration, num_clients=self.num_clients, rounds=self.rounds,
-        mu=o.mu, t_clk=o.t_clk, tau_max=None if o.tau_max < 0 else o.tau_max)
-    return self.schedule
+        mu=o.mu, t_clk=o.t_clk, tau_max=None if o.tau_max < 0 else o.tau_max,
+        online=self.online)
+    return self._schedule
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     return schedule_inputs(self.schedule, first, count)
@@ -311,35 +318,46 @@ class OnClock(parts.Part):
   averages, its `averaged_parts`); after the server step the clients that
   arrived or were dropped are dispatched again with w_{q+1}.
 
-  On for a method listing it when `config.clock` leaves its defaults; every
-  idle client is dispatched (Alg. 1), so the run needs clients_per_round =
-  num_clients and uniform sampling. The ViT engine holds one with its own
-  round-time model (`VirtualClock`'s `duration`) and calls every hook but
-  `plan_round` and `weigh` itself (`methods/cos2p/vit_engine.py`).
+  On for a method listing it when `config.clock` leaves its defaults, and
+  always for a method defined on the clock (`always_on_clock`: the ViT
+  methods). Every idle client is dispatched (Alg. 1), so the run needs
+  clients_per_round = num_clients and uniform sampling. A client's round
+  time is the method's round-time model (`round_durations`: one second per
+  local step by default, the analytic ViT model for the ViT methods).
+  Availability, where it is on, is hosted here: only the idle clients online
+  at a round's start are dispatched (`systems.clock.simulate`'s `online`,
+  the availability part's draws evaluated on the host). The ViT engine plans
+  its own rounds from the part's inputs (slot n is client n) and reads the
+  schedule (`methods/cos2p/vit_engine.py`).
   """
   name = 'clock'
   takes_over = frozenset({'plan_round'})
   weighs = True
+  hosts = frozenset({'availability'})
 
-  def __init__(self, clock_: VirtualClock, num_clients: int):
+  def __init__(self, clock_: VirtualClock, num_clients: int, seed: int,
+               start_table: bool = True):
     self.clock = clock_
     self.options = clock_.options
     self.num_clients = num_clients
+    self.seed = seed
+    self.start_table = start_table
 
   @classmethod
   def check(cls, method, config):
-    """Equal client times at μ < 1 refused (the method's default round
-    times are equal work)."""
-    del method
-    refuse_equal_times(ClockOptions.from_config(config), default_equal=True)
+    """Equal client times at μ < 1 refused (where the method's default round
+    times are equal work, `round_times_equal_work`)."""
+    refuse_equal_times(ClockOptions.from_config(config),
+                       default_equal=method.round_times_equal_work)
     return config
 
   @classmethod
   def build(cls, method, config, data) -> 'OnClock | None':
-    if changed_key(config.clock, ClockOptions.defaults()) is None:
+    if (not method.always_on_clock and
+        changed_key(config.clock, ClockOptions.defaults()) is None):
       return None
     options = ClockOptions.from_config(config)
-    refuse_equal_times(options, default_equal=True)
+    refuse_equal_times(options, default_equal=method.round_times_equal_work)
     num_clients = int(data.counts.shape[0])
     if (config.clients_per_round != num_clients or
         config.client_sampling != 'uniform'):
@@ -350,8 +368,17 @@ class OnClock(parts.Part):
           f'{config.clients_per_round} and {config.client_sampling}.')
     return cls(VirtualClock(options, num_clients=num_clients,
                             rounds=config.rounds,
-                            local_steps=method.clock_default_steps(),
-                            seed=config.seed), num_clients)
+                            duration=method.round_durations()),
+               num_clients, config.seed, method.trains_weights)
+
+  def host(self, guest) -> None:
+    """Availability: the clock dispatches only the clients `guest` (an
+    `OnlineClients`) draws online in each round, drawn on the host from the
+    run's key (`jax.random.PRNGKey(seed)`, the runner's state key) as a
+    synchronous round draws them (`Availability.rounds_online`)."""
+    self.clock.online = guest.model.rounds_online(
+        jax.random.PRNGKey(self.seed), self.clock.rounds)
+    self.clock.simulate()
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     return self.clock.round_inputs(first, count)
@@ -360,7 +387,10 @@ class OnClock(parts.Part):
     return self.clock.summary_facts()
 
   def init_extras(self, params: PyTree, extras: PyTree) -> PyTree:
-    """'start': the start table, every row w_0."""
+    """'start': the start table, every row w_0 (none where the clients
+    train no weights, `trains_weights`)."""
+    if not self.start_table:
+      return extras
     return {**(extras or {}), 'start': start_table(params, self.num_clients)}
 
   def plan_round(self, method, state, inputs: dict):
@@ -386,7 +416,7 @@ class OnClock(parts.Part):
 
   def start_models(self, state) -> PyTree:
     """Row n = w_{k_n}, the model client n was dispatched with."""
-    return state.extras['start']
+    return state.extras['start'] if self.start_table else None
 
   def weigh(self, method, plan, delta: PyTree, weight: jax.Array,
             table: PyTree, params: PyTree) -> tuple[PyTree, jax.Array]:
@@ -408,6 +438,8 @@ class OnClock(parts.Part):
     """The clients whose update arrived or was dropped dispatched again with
     w_{q+1}."""
     del before
+    if not self.start_table:
+      return after
     return after.replace(extras={**after.extras, 'start': redispatch(
         after.extras['start'], plans.client_id,
         plans.extras[self.name]['redispatch'], after.params)})

@@ -27,6 +27,15 @@ Tie rule: arrivals are taken in order of finishing time, equal times in order
 of client index; an update finishing exactly at t_end is accepted. ⌈μN⌉ is
 taken with a 1e-9 tolerance (μ = 0.3, N = 10 needs 3 updates, not 4).
 
+Availability (`online`, bool [Q, N], optional): only an idle client online
+in round q is dispatched at its start (an offline one stays idle until a
+round in which it is online); a client once dispatched finishes its update
+(availability here is per round, with no time within it). The round then
+waits for min(⌈μN⌉, clients running) arrivals, so it never waits for a
+client that is not training; a round in which no client runs closes at
+once (zero seconds) and aggregates nothing. Without `online` every idle
+client is dispatched (Alg. 1).
+
 Special cases: fully asynchronous Co-S²P(Async.) is μ = 1/N, T_clk = 0 (every
 arrival closes a round and the client is re-dispatched at once); synchronous
 FedAvg is μ = 1, T_clk = 0.
@@ -166,7 +175,8 @@ def _check_options(num_clients, rounds, mu, t_clk, tau_max) -> None:
 
 
 def simulate(duration: Duration, *, num_clients: int, rounds: int, mu: float,
-             t_clk: float, tau_max: int | None = None) -> Schedule:
+             t_clk: float, tau_max: int | None = None,
+             online: np.ndarray | None = None) -> Schedule:
   """Runs Alg. 1's clock for `rounds` rounds; deterministic given `duration`.
 
   Args:
@@ -177,8 +187,15 @@ def simulate(duration: Duration, *, num_clients: int, rounds: int, mu: float,
     mu: μ ∈ (0, 1]; a round needs ⌈μN⌉ arrivals before its window opens.
     t_clk: T_clk ≥ 0, seconds the server keeps accepting after that.
     tau_max: discard arrivals with staleness above it (None: keep all).
+    online: bool [≥ Q, N], who can be dispatched in each round (module
+      docstring); None: every client, every round.
   """
   _check_options(num_clients, rounds, mu, t_clk, tau_max)
+  if online is None:
+    online = np.ones((rounds, num_clients), bool)
+  elif online.shape[0] < rounds or online.shape[1:] != (num_clients,):
+    raise ConfigError(f'online {online.shape} must be [≥ {rounds}, '
+                      f'{num_clients}].')
   need = math.ceil(mu * num_clients - 1e-9)
   shape = (rounds, num_clients)
   arrivals = np.zeros(shape, bool)
@@ -212,7 +229,7 @@ def simulate(duration: Duration, *, num_clients: int, rounds: int, mu: float,
   t = 0.0
   for q in range(rounds):
     start_time[q] = t
-    for n in np.flatnonzero(~running):
+    for n in np.flatnonzero(~running & online[q]):
       seconds = float(duration(int(n), q, int(times_dispatched[n])))
       if not (math.isfinite(seconds) and seconds >= 0):
         raise ConfigError(f'the duration of client {n} dispatched in round {q} '
@@ -222,8 +239,11 @@ def simulate(duration: Duration, *, num_clients: int, rounds: int, mu: float,
       times_dispatched[n] += 1
       dispatched[q, n] = True
       intervals.append((n, t, t + seconds))
-    received = 0
-    while received < need:
+    if not running.any():   # nobody training: the round closes at once
+      end_time[q] = t
+      continue
+    received, wait_for = 0, min(need, int(running.sum()))
+    while received < wait_for and running.any():
       n = next_finisher()
       t = finish[n]
       received += receive(q, n)

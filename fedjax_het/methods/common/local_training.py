@@ -12,6 +12,8 @@ from fedjax_het.core.backends import Clients
 from fedjax_het.core.state import (ClientOutput, ClientPlan, ServerState,
                                    StepContext)
 from fedjax_het.data import augment
+from fedjax_het.parts import clock as clock_part
+from fedjax_het.systems import clock
 
 PyTree = Any
 
@@ -29,6 +31,16 @@ class LocalTraining:
     """The local steps of a client round, for the clock's default round
     times (one second per step): `local_steps`, every client alike."""
     return int(self.config.local_steps)
+
+  def round_durations(self) -> clock.Duration:
+    """The clock's round-time model (`parts.clock.OnClock`): by default
+    `clock.client_seconds`, or one second per local step
+    (`clock_default_steps`), times the lognormal jitter
+    (`parts.clock.step_durations`)."""
+    return clock_part.step_durations(
+        clock_part.ClockOptions.from_config(self.config),
+        num_clients=self.num_clients, rounds=self.config.rounds,
+        local_steps=self.clock_default_steps(), seed=self.config.seed)
 
   def client_optimizer(self) -> program.OptimizerFactory:
     """The clients' optax optimiser as a function of their lr."""

@@ -44,6 +44,14 @@ class MethodTraits:
   # clients' deltas (`parts.cells.EDGE_RULES`) and its own N and E
   # (`hierarchy.num_cells` / `edge_rounds` left at 0); the parts of the model
   # it averages (None: all of it; a stale arrival is weighed on those).
+  # Whether the method is defined on the virtual clock (the part is on at
+  # its defaults too: the ViT methods) and whether its default round times
+  # (`round_durations` without `clock.client_seconds`) are equal work.
+  always_on_clock = False
+  round_times_equal_work = True
+  # Whether its clients train the model's weights from a start model (FedPM
+  # trains masks over fixed weights: the clock keeps no start table).
+  trains_weights = True
   reads_draws = False
   divides_by_success = False
   samples_available_clients = True

@@ -208,7 +208,7 @@ class Cos2p(BudgetMasks):
     c.charged = np.array(state.extras['charged_seconds'])
     c.held_kept = self.kept_counts(state.clients['mask'])
     c.charge_until = first
-    past = self.on_clock.clock.simulate()   # rounds < first: as charged
+    past = self.virtual_clock.simulate()   # rounds < first: as charged
     c.learned = self.draws_masks(past)[:first].any(0)
     count = self.charge(first, count)
     state = state.replace(extras={
@@ -229,14 +229,14 @@ class Cos2p(BudgetMasks):
     mask is read from the state)."""
     c = self.charges
     c.charge_until = first + count
-    self.on_clock.clock.simulate()
+    self.virtual_clock.simulate()
     drawn = self.draws_masks(self.schedule)[first:first + count - 1].any(1)
     if not drawn.any():
       return count
     rounds = int(np.argmax(drawn)) + 1
     c.charged[first + rounds:first + count] = -1.0     # not charged yet
     c.charge_until = first + rounds
-    self.on_clock.clock.simulate()          # the same rounds < first + m
+    self.virtual_clock.simulate()          # the same rounds < first + m
     return rounds
 
   # ---- plans and state -----------------------------------------------------------
@@ -247,8 +247,9 @@ class Cos2p(BudgetMasks):
     plans = super().plan_round(state, data, inputs)
     o = self.options
     batches = jnp.asarray(self.batches, jnp.int32)
-    mask_steps = jnp.where(inputs['dispatch_round'] < o.mask_rounds,
-                           o.mask_epochs * batches, 0)
+    dispatch = plans.extras['clock']['dispatch_round']
+    mask_steps = jnp.where(dispatch < o.mask_rounds, o.mask_epochs * batches,
+                           0)
     return plans.replace(extras={**plans.extras, 'mask_steps': mask_steps})
 
   def init_clients(self, params: PyTree) -> PyTree:
@@ -267,8 +268,8 @@ class Cos2p(BudgetMasks):
             'heads': heads}
 
   def init_extras(self, params: PyTree) -> PyTree:
-    """The engine's start table; with `charges_realised_masks`,
-    'charged_seconds' (module docstring)."""
+    """With `charges_realised_masks`, 'charged_seconds' (module
+    docstring)."""
     extras = super().init_extras(params)
     if self.charges_realised_masks:
       extras['charged_seconds'] = jnp.asarray(self.charges.charged)

@@ -119,6 +119,8 @@ class FedPM(BudgetMasks):
   fixed_options = {**WITHOUT_COS2P, 'cos2p.width_masks': 'rolling', 'cos2p.learned_units': vit.UNIT_KINDS, 'cos2p.mask_rounds': 0}
   reads_keys = BudgetMasks.reads_keys | {'logit_init_std'}   # s0's std
 
+  trains_weights = False
+
   def __init__(self, config, model, data):
     self.fedpm = FedPMOptions.from_config(config)
     super().__init__(config, model, data)

@@ -214,8 +214,7 @@ class PruneFL(VitOnClock):
     return {k: mag[k] / self.unit_time[k] for k in vit.UNIT_KINDS}
 
   def init_extras(self, params):
-    """The full mask, no importance yet, magnitude scores; the engine's
-    'start' table."""
+    """The full mask, no importance yet, magnitude scores."""
     zeros = {g: jnp.zeros(s) for g, s in units_lib.group_shapes(
         self.specs).items()}
     return {**super().init_extras(params),

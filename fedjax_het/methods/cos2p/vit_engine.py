@@ -32,11 +32,13 @@ The clock (`systems.clock`, Alg. 1 of Co-S²P): idle clients are dispatched
 at a round's start, the round closes ⌈μN⌉ arrivals plus T_clk seconds later
 (`clock.mu`, `clock.t_clk`, `clock.tau_max`: the shared `clock` section,
 `parts.clock.ClockOptions`), and stragglers arrive in later rounds with
-staleness τ. The engine holds the clock part (`on_clock`, a
-`parts.clock.OnClock`) and calls its hooks, but plans the rounds itself:
-the schedule is simulated on the host and enters the compiled rounds as
-round inputs (`parts.clock.schedule_inputs`, `extras['clock']` of the
-plans); slot n of every round is client n, active when its update arrives; it trains lazily at arrival from the global model
+staleness τ. The clock part (`parts.clock.OnClock`) is composed with the
+engine as with any method, always on (`always_on_clock`); the engine plans
+the rounds itself from its inputs: the schedule is simulated on the host
+and enters the compiled rounds as round inputs
+(`parts.clock.schedule_inputs`, `inputs['clock']`, `extras['clock']` of the
+plans); slot n of every round is client n, active when its update arrives;
+it trains lazily at arrival from the global model
 of its dispatch round (`extras['start']` row n, the part's start table),
 with its key (`parts.clock.dispatch_key`) and window drawn from the
 dispatch round, which gives the same result as training at dispatch (the
@@ -63,9 +65,11 @@ runs (`work_steps`, `round_steps`), and the analytic clock charges them
 (`vit_cost.round_seconds`). The clock is simulated on the host before the
 rounds, so T_n must be static: the dynamic and trace models, which draw it
 in the compiled round, are refused in one line (`refuse_drawn_work`).
-Availability (`systems.availability`) is refused: Alg. 1 dispatches every
-idle client, and no reading of an offline client on the clock is modelled
-here.
+Availability (`systems.availability`, the `parts.availability` part, which
+the clock hosts): at a round's start only the idle clients online in that
+round are dispatched, and the round waits for min(⌈μN⌉, clients training)
+arrivals (`systems.clock.simulate`'s `online`); a client dispatched while
+online finishes its update.
 
 A round: S_n steps (E epochs, `epochs`) of `client_optimizer` (Adan with proximal
 weight decay, or SGD) on the client's submodel with the cross-entropy
@@ -291,14 +295,14 @@ class VitOnClock(FederatedAlgorithm):
   their own client program, state and server rule."""
 
   # The virtual clock's keys are the shared `clock` section (CLOCK_KEYS);
-  # the engine builds the clock part itself (`on_clock`, with its
-  # round-time model `round_durations`), so the generic one is not composed
-  # (`part_types`); the `systems` section's links-and-work part is.
+  # the clock part is always on (`always_on_clock`), with the engine's
+  # round-time model (`round_durations`, not equal work); the `systems`
+  # section's parts (links and work, availability, which the clock hosts:
+  # it dispatches the clients online) are composed as for any method.
   option_groups = (Cos2pOptions, clock_part.ClockOptions,
                    links_work.SystemsOptions)
-  # Alg. 1 dispatches every idle client: no sampler draws among the online
-  # clients, so the availability part refuses itself (`part_types`).
-  samples_available_clients = False
+  always_on_clock = True
+  round_times_equal_work = False
   schedule_depends_on_rounds = True
   own_server_rule = ('a ViT method aggregates by its own rule: entries '
                      'averaged over their holders, FedPM a mask posterior')
@@ -365,17 +369,14 @@ class VitOnClock(FederatedAlgorithm):
           f'{self.name} needs model_options.decisions='
           f'{self.reads_decisions} (AdaViT\'s decision networks are trained '
           'by vit_fedavg_adavit only).')
-    if config.clients_per_round != config.num_clients:
-      raise ConfigError(
-          f'{self.name} keeps every client busy (Alg. 1), so '
-          f'clients_per_round must equal num_clients ({config.num_clients}), '
-          f'got {config.clients_per_round}.')
+    # The windows and costs first: the clock part, built with the parts
+    # (`super().__init__`), reads the round-time model `round_durations`.
+    self.config, self.model = config, model
     self.options = dataclasses.replace(Cos2pOptions.from_config(config),
                                        **self.fixed_in('cos2p'))
-    self.clock_options = dataclasses.replace(
-        clock_part.ClockOptions.from_config(config), **self.fixed_in('clock'))
-    super().__init__(config, model, data)
-    n, o = self.num_clients, self.options
+    self.clock_options = clock_part.ClockOptions.from_config(config)
+    n, o = int(data.counts.shape[0]), self.options
+    self.num_clients = n
     self.budgets = np.asarray(per_client('cos2p.budgets', o.budgets, n), np.float64)
     self.device_types = per_client('cos2p.device_types', o.device_types, n)
     self.depth, self.width = client_windows(
@@ -389,30 +390,22 @@ class VitOnClock(FederatedAlgorithm):
         lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
             (1,) + data.feature_shape))['params'])
     self.specs = vit.segment_specs(self.template)
-    self.on_clock = clock_part.OnClock(clock_part.VirtualClock(
-        self.clock_options, num_clients=n, rounds=config.rounds,
-        duration=self.round_durations()), n)
+    super().__init__(config, model, data)
 
   # ---- the virtual clock -----------------------------------------------------
-  @classmethod
-  def part_types(cls) -> tuple[type, ...]:
-    """The parts of its sections but the clock: links and work
-    (`LinksWork`, read at each client's dispatch, `plan_round`) and
-    availability, which refuses itself (`samples_available_clients`). The
-    engine builds the clock part itself (`on_clock`, with its round-time
-    model `round_durations`, not the generic one of `local_steps` seconds
-    per round) and plans its rounds itself."""
-    return tuple(part for part in super().part_types()
-                 if part is not clock_part.OnClock)
-
   def max_local_steps(self) -> int:
     """The program's length: the most steps S_m of a client round."""
     return int(self.round_steps.max())
 
   @property
+  def virtual_clock(self) -> clock_part.VirtualClock:
+    """The clock part's host side (the engine is defined on the clock)."""
+    return self.parts[clock_part.OnClock.name].clock
+
+  @property
   def schedule(self) -> clock.Schedule:
-    """The clock's schedule (`on_clock.clock`, a `VirtualClock`)."""
-    return self.on_clock.clock.schedule
+    """The clock's schedule (`virtual_clock`'s)."""
+    return self.virtual_clock.schedule
 
   def cost_shape(self) -> vit_cost.ViTShape:
     """The model and input size as the analytic cost model sees them."""
@@ -473,17 +466,12 @@ class VitOnClock(FederatedAlgorithm):
     return clock.with_jitter(self.client_round_seconds(),
                              self.clock_options.jitter, self.config.seed)
 
-  def round_inputs(self, first: int, count: int) -> dict:
-    """Rounds [first, first + count) of the clock, as compiled-round xs
-    (`parts.clock.schedule_inputs`)."""
-    return self.on_clock.round_inputs(first, count)
-
   def summary_facts(self) -> dict:
     """The clock's totals (virtual time, RU in its three forms, the largest
     staleness) and, per client, its mean virtual seconds per round and, for
     square images, the analytic memory of its window at offset 0 (params,
     gradients, Adan's buffers and activations; `vit_cost.client_cost`)."""
-    facts = self.on_clock.facts()
+    facts = super().summary_facts()
     if self.data_shape[0] == self.data_shape[1]:
       shape = self.cost_shape()
       facts['client_memory_bytes'] = [
@@ -510,12 +498,13 @@ class VitOnClock(FederatedAlgorithm):
 
   def plan_round(self, state: ServerState, data=None,
                  inputs: PyTree = None) -> ClientPlan:
-    """Slot n = client n, active if its update arrives this round (inputs).
+    """Slot n = client n, active if its update arrives this round (the
+    clock's inputs, `inputs['clock']`).
 
     `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
     'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
     {kind: [N, L, U]} and the clock's inputs of the round, 'clock' (as the
-    clock part's plans carry them, `parts.clock.VirtualClock`). Client n
+    clock part's plans carry them, `parts.clock.schedule_inputs`). Client n
     runs its S_n steps (`round_steps`); the parts adjust its plan as in its
     dispatch round (`at_dispatch`)."""
     del data
@@ -524,6 +513,7 @@ class VitOnClock(FederatedAlgorithm):
       raise ValueError(f'{self.name} plans a round from its schedule: pass '
                        'round inputs (RoundRunner.run does, from '
                        '`round_inputs`).')
+    inputs = inputs[clock_part.OnClock.name]
     ids = jnp.arange(n)
     dispatch = inputs['dispatch_round']
     keys = jax.vmap(self.client_key, in_axes=(None, 0, 0))(state, dispatch,
@@ -539,7 +529,7 @@ class VitOnClock(FederatedAlgorithm):
         'teacher': offset + depth - 1, 'offset': offset,
         'width': jnp.asarray(self.width, jnp.float32),
         'units': self.round_units(dispatch, keys),
-        self.on_clock.name: inputs,
+        clock_part.OnClock.name: inputs,
     }
     plans = ClientPlan(
         client_id=ids, key=keys,
@@ -601,16 +591,11 @@ class VitOnClock(FederatedAlgorithm):
             'units': {k: jnp.ones((n,) + s)
                       for k, s in self.model.unit_shapes().items()}}
 
-  def init_extras(self, params: PyTree) -> PyTree:
-    """The clock's start table 'start': row n the model client n was
-    dispatched with (w_0 for all)."""
-    return self.on_clock.init_extras(params, None)
-
-  def start_models(self, state: ServerState, plans: ClientPlan) -> PyTree:
-    """Row n = w_{k_n}, the model of client n's dispatch round (slot n is
-    client n, `plans.start_model[n] = n`)."""
-    del plans
-    return self.on_clock.start_models(state)
+  def init_extras(self, params: PyTree) -> dict:
+    """No server state of the engine's own, a dict the methods add theirs
+    to (the clock part adds its start table 'start')."""
+    del params
+    return {}
 
   # ---- the client program ----------------------------------------------------
   def client_optimizer(self) -> program.OptimizerFactory:
@@ -686,13 +671,13 @@ class VitOnClock(FederatedAlgorithm):
   # ---- aggregation ---------------------------------------------------------
   def aggregate(self, state: ServerState, plans: ClientPlan,
                 outputs: ClientOutput) -> ServerState:
-    """w_{q+1} = w_q + `update`; w_{q+1} to the redispatched clients."""
+    """w_{q+1} = w_q + `update` (the clock part then dispatches w_{q+1} to
+    the clients it redispatches)."""
     delta = jax.tree.map(jnp.negative, outputs.delta)       # w_end − w_start
     update = self.update(state, plans, delta, outputs.client_state['units'])
     params = jax.tree.map(jnp.add, state.params, update)
-    new = state.replace(params=params,
-                        clients=self.next_clients(state, plans, outputs))
-    return self.on_clock.finish(state, new, plans)
+    return state.replace(params=params,
+                         clients=self.next_clients(state, plans, outputs))
 
   def update(self, state: ServerState, plans: ClientPlan, delta: PyTree,
              units: dict) -> PyTree:
@@ -721,18 +706,17 @@ class VitOnClock(FederatedAlgorithm):
 
   def round_metrics(self, state, plans, outputs):
     """Loss, examples and bytes of the arrived updates (up: those whose
-    upload gets through, `ClientPlan.delivers`), and the clock:
-    virtual seconds of the round, client busy seconds, arrivals and their
-    summed staleness (running totals in the logs)."""
+    upload gets through, `ClientPlan.delivers`); the clock part adds its
+    own (virtual seconds, busy seconds, arrivals, staleness)."""
     active = plans.is_active()
     down, up = jax.vmap(self.transfer_bytes)(outputs.client_state['units'],
                                              plans.extras)
-    return self.on_clock.metrics({
+    return {
         'train_loss': mean_over_active(outputs.loss, active),
         'examples': jnp.sum(outputs.num_examples),
         'bytes_down': jnp.sum(jnp.where(active, down, 0.0)),
         'bytes_up': jnp.sum(jnp.where(plans.delivers(), up, 0.0)),
-    }, plans, outputs)
+    }
 
   # ---- evaluation --------------------------------------------------------------
   def state_evaluator(self, split):
