@@ -191,6 +191,14 @@ def test_stall_is_one_line():
                       availability=availability)
 
 
+def test_stall_on_zero_weights_is_one_line():
+  """The only client of positive weight sits in the buffer (K = 2)."""
+  with pytest.raises(ConfigError, match='stalls after 0 of 1 server steps'):
+    buffered.simulate(lambda n, q, i: 1.0, num_clients=3, steps=1,
+                      concurrency=1, buffer_size=2, seed=0,
+                      sampler=buffered.WeightedPool([0, 1, 0]))
+
+
 def test_the_schedule_is_a_function_of_the_seed():
   """Same seed, same schedule; another seed samples other clients."""
   duration = clock.with_jitter(lambda n, q, i: 1.0 + n % 5, 0.3, seed=1)
@@ -252,6 +260,7 @@ def test_weighted_sampler_steers_dispatches():
     ({'buffer_size': 0}, 'buffer_size must be a positive integer'),
     ({'tau_max': -1}, 'tau_max must be a non-negative integer'),
     ({'sampler': buffered.UniformPool(4)}, 'sampler holds 4 clients'),
+    ({'seed': -1}, 'seed must be a non-negative integer'),
 ])
 def test_bad_options_are_one_line(kwargs, match):
   options = dict(num_clients=5, steps=2, concurrency=2, buffer_size=2, seed=0)

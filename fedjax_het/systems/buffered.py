@@ -186,9 +186,10 @@ class BufferedSchedule:
     return int(self.lost_client.shape[0])
 
 
-def _check_options(num_clients, steps, concurrency, buffer_size,
-                   tau_max) -> None:
+def _check_options(num_clients, steps, concurrency, buffer_size, tau_max,
+                   seed) -> None:
   positive_int('num_clients', num_clients)
+  non_negative_int('seed', seed)
   positive_int('steps', steps)
   positive_int('concurrency', concurrency)
   positive_int('buffer_size', buffer_size)
@@ -237,7 +238,8 @@ class _Simulation:
       if not self.events:
         raise ConfigError(
             f'the buffered clock stalls after {self.q} of {steps} server '
-            'steps: no client is in flight and none comes online again.')
+            'steps: no client is in flight and none can be dispatched again '
+            '(never online again, or sampling weight 0).')
       t, kind, n = heapq.heappop(self.events)
       if kind == _ONLINE:
         self.sampler.add(n)
@@ -361,7 +363,7 @@ def simulate(duration: clock.Duration, *, num_clients: int, steps: int,
     availability: clients' online intervals in virtual time (client n is
       entry n mod M); None: always online.
   """
-  _check_options(num_clients, steps, concurrency, buffer_size, tau_max)
+  _check_options(num_clients, steps, concurrency, buffer_size, tau_max, seed)
   sampler = UniformPool(num_clients) if sampler is None else sampler
   if sampler.num_clients != num_clients:
     raise ConfigError(f'the sampler holds {sampler.num_clients} clients, not '
