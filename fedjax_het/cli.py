@@ -1,7 +1,8 @@
 """Command line: `fedjax-het [--config PATH] [--workdir DIR] [--config.KEY=VALUE ...]`.
 
 `fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE ...` runs a benchmark
-instead (`fedjax_het.tools.bench`).
+instead (`fedjax_het.tools.bench`); `fedjax-het traces ...` converts FedScale's
+device traces (`fedjax_het.systems.traces`).
 
 With no arguments it runs `experiments/demo.py`, the heterogeneous demo (a
 comparison: a file defining `get_configs()`, see `fedjax_het.compare`). Overrides are Python
@@ -51,6 +52,8 @@ USAGE = """usage: fedjax-het [--config PATH] [--workdir DIR] [--seeds N] [--dist
 
        fedjax-het bench --workload W-MLP|W-PFL|W-FIARSE [--backend B] [--rounds R]
                         (fedjax-het bench --help for all options)
+       fedjax-het traces [--capacity FILE] [--behaviour FILE] --out FILE.npz
+                        (FedScale's device traces to one .npz: fedjax_het.systems.traces)
 """
 
 
@@ -338,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
   if argv[:1] == ['bench']:
     from fedjax_het.tools import bench  # pylint: disable=g-import-not-at-top
     return bench.main(argv[1:])
+  if argv[:1] == ['traces']:
+    from fedjax_het.systems import traces  # pylint: disable=g-import-not-at-top
+    return traces.traces_command(argv[1:])
   return report_errors('fedjax-het', lambda: _distributed_train_command(argv))
 
 
