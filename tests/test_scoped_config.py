@@ -227,11 +227,11 @@ def printed_sections(text: str) -> set[str]:
 
 def test_show_config_of_fedavg_prints_only_the_sections_it_reads(capsys):
   """`--show-config` of the quickstart (FedAvg) prints the core keys and
-  FedAvg's sections (links and work, the clock, cells), no other method's
-  nor `natural`; a resolved config resolves to itself."""
+  FedAvg's sections (links and work, the clock, cells, DP), no other
+  method's nor `natural`; a resolved config resolves to itself."""
   assert cli.main(['--config', QUICKSTART, '--show-config']) == 0
   assert printed_sections(capsys.readouterr().out) == {'systems', 'clock',
-                                                       'hierarchy'}
+                                                       'hierarchy', 'dp'}
   resolved = config_lib.resolve(configured('fedavg'))
   assert {'fedacs', 'cos2p', 'split', 'submodel', 'natural'}.isdisjoint(resolved)
   assert config_lib.resolve(resolved).to_json() == resolved.to_json()
@@ -282,7 +282,7 @@ def test_a_workdir_holding_every_section_resumes_bit_identically(tmp_path):
   with open(os.path.join(whole, 'config.json')) as f:
     record = json.load(f)
   assert set(record) - set(config_lib.CoreOptions.defaults()) == {
-      'systems', 'clock', 'hierarchy', run._REVISION_KEY}
+      'systems', 'clock', 'hierarchy', 'dp', run._REVISION_KEY}
   run.train(quick_config(rounds=2, **one_call), parts)
   with open(os.path.join(parts, 'config.json')) as f:
     write_config_json(parts, with_every_section(json.load(f)))

@@ -41,6 +41,8 @@ The named streams:
 | SPLIT_SERVER | 1_000_081 | round | client id, block | split learning's server-step dropout |
 | SPLIT_ORDER | 1_000_099 | round | block | split learning's random arrival order |
 | FEDPM_EVAL | 2^30 + 2 | round | unit kind | FedPM's evaluated mask drawn from θ |
+| DP_NOISE | 2^30 + 9 | round | leaf | DP's Gaussian noise on the cohort sums (`parts.dp.ClipAndNoise.release_sums`) |
+| DP_COUNT | 2^30 + 10 | round | — | adaptive clipping's noise on the unclipped count (`parts.dp.ClipAndNoise.settle`) |
 | STEP_KEYS | 2^31 − 1 | client | step s | the step keys of a program's (first) phase |
 | PHASES | 2^31 − 2 | client | phase i ≥ 1 | the key of a sequence's phase i (`program.phase_key`) |
 | ROUND_ROBIN | 2^30 + 6 | client | step s | FSL_OC's step keys |
@@ -155,6 +157,8 @@ class Stream(enum.Enum):
   SPLIT_SERVER = (1_000_081, ROUND, "split learning's server dropout")
   SPLIT_ORDER = (1_000_099, ROUND, "split learning's arrival order")
   FEDPM_EVAL = (2**30 + 2, ROUND, "FedPM's evaluated mask")
+  DP_NOISE = (2**30 + 9, ROUND, "DP's noise on the cohort sums")
+  DP_COUNT = (2**30 + 10, ROUND, "DP's noise on the unclipped count")
   STEP_KEYS = (2**31 - 1, CLIENT, 'step keys of the first phase')
   PHASES = (2**31 - 2, CLIENT, "keys of a sequence's later phases")
   ROUND_ROBIN = (2**30 + 6, CLIENT, "FSL_OC's step keys")

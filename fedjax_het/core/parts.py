@@ -26,10 +26,21 @@ The hooks, in the order a round reaches them:
               plan_round(method, state, inputs) -> plans   which work a slot holds *
     local     start_models(state) -> table | None          rows clients start from
               local_phase(run, state, plans, data, clients) *
+              upload(method, plan, output) -> output       what one client sends
     server    weigh(method, plan, delta, weight, table, params)  one arrival's term
+              release_sums(state, weights, sums) -> sums   the sums before division
               combine(means, coverage) -> pseudo-gradient  *
               finish(before, after, plans) -> state        after the server step
+              settle(before, after, plans, outputs) -> state  from the uploads
               metrics(metrics, plans, outputs) -> metrics  its accounting
+
+`upload` acts on one client's `ClientOutput` at the end of its program,
+before any sum (DP clips the update there, `parts.dp`), and may record
+per-client facts in `output.parts[name]`; `release_sums` acts on the
+(numerator, denominator) segment sums (`core.aggregation.segment_sums`) of
+the arrivals weighed by `weights` [K] before the method divides them (DP
+adds its noise to the numerator); `settle` reads the round's stacked
+outputs after the server step (adaptive clipping's next clip norm).
 
 A starred hook takes a round phase over (`takes_over`): at most one part of a
 run takes each, and `compose` refuses two that would. Which parts combine with
@@ -144,11 +155,21 @@ class Part:
                   plans: ClientPlan, data, clients) -> ClientOutput:
     raise NotImplementedError
 
+  def upload(self, method, plan: ClientPlan,
+             output: ClientOutput) -> ClientOutput:
+    del method, plan
+    return output
+
   # ---- server ----------------------------------------------------------------
   def weigh(self, method, plan: ClientPlan, delta: PyTree, weight: jax.Array,
             table: PyTree, params: PyTree) -> tuple[PyTree, jax.Array]:
     del method, plan, table, params
     return delta, weight
+
+  def release_sums(self, state: ServerState, weights: jax.Array,
+                   sums: tuple[PyTree, PyTree]) -> tuple[PyTree, PyTree]:
+    del state, weights
+    return sums
 
   def combine(self, means: PyTree, coverage: PyTree) -> PyTree:
     raise NotImplementedError
@@ -156,6 +177,11 @@ class Part:
   def finish(self, before: ServerState, after: ServerState,
              plans: ClientPlan) -> ServerState:
     del before, plans
+    return after
+
+  def settle(self, before: ServerState, after: ServerState,
+             plans: ClientPlan, outputs: ClientOutput) -> ServerState:
+    del before, plans, outputs
     return after
 
   def metrics(self, metrics: Metrics, plans: ClientPlan,
@@ -172,11 +198,18 @@ REFUSED_TOGETHER = {
     frozenset({'cells', 'availability'}):
         'cells run every sampled client of a cell through its E edge rounds; '
         'client availability is not modelled in cells',
+    frozenset({'dp', 'clock'}):
+        'an update trained from a stale model is released rounds after its '
+        'dispatch, weighed by its staleness: DP-FedAvg\'s per-round '
+        'sampling and sensitivity are not modelled on the clock',
+    frozenset({'dp', 'cells'}):
+        'cells average edge models over E edge rounds before the cloud sum, '
+        'so no per-client sum is released once per round',
 }
 
 # The config section that turns each part on, for the refusal's line.
 SECTIONS = {'clock': 'clock.*', 'availability': 'systems.availability',
-            'cells': 'hierarchy.*'}
+            'cells': 'hierarchy.*', 'dp': 'dp.*'}
 
 
 # (config section, part type): the registered parts, in the order they act.
@@ -288,16 +321,34 @@ class Parts:
               if t is not None]
     return tables[0] if tables else None
 
+  def upload(self, method, plan: ClientPlan,
+             output: ClientOutput) -> ClientOutput:
+    for part in self.parts:
+      output = part.upload(method, plan, output)
+    return output
+
   def weigh(self, method, plan: ClientPlan, delta: PyTree, weight: jax.Array,
             table: PyTree, params: PyTree) -> tuple[PyTree, jax.Array]:
     for part in self.parts:
       delta, weight = part.weigh(method, plan, delta, weight, table, params)
     return delta, weight
 
+  def release_sums(self, state: ServerState, weights: jax.Array,
+                   sums: tuple[PyTree, PyTree]) -> tuple[PyTree, PyTree]:
+    for part in self.parts:
+      sums = part.release_sums(state, weights, sums)
+    return sums
+
   def finish(self, before: ServerState, after: ServerState,
              plans: ClientPlan) -> ServerState:
     for part in self.parts:
       after = part.finish(before, after, plans)
+    return after
+
+  def settle(self, before: ServerState, after: ServerState,
+             plans: ClientPlan, outputs: ClientOutput) -> ServerState:
+    for part in self.parts:
+      after = part.settle(before, after, plans, outputs)
     return after
 
   def metrics(self, metrics: Metrics, plans: ClientPlan,

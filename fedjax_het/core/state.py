@@ -91,6 +91,8 @@ class ClientPlan:
       gathers them for code that needs them stacked).
     mask_row: int32 row of `mask_table` holding the client's mask (with
       `mask_table`; `mask` is then None).
+    parts: the parts' per-client inputs, {part name: PyTree} (e.g. DP's
+      clip norm of the round, `parts.dp`), or None.
   """
   client_id: jax.Array
   key: jax.Array
@@ -104,6 +106,7 @@ class ClientPlan:
   start_model: jax.Array | None = None
   mask_table: PyTree = None
   mask_row: jax.Array | None = None
+  parts: PyTree = None
 
   def client_masks(self) -> PyTree:
     """The clients' masks, [K, ...] leaves for batched plans: `mask`, or
@@ -165,6 +168,8 @@ class ClientOutput:
       segment sums of the deltas (`aggregation.segment_sums`, [S, ...]
       leaves), when a method sums them inside the client map
       (`FederatedAlgorithm.sums_deltas_in_map`); else None.
+    parts: what the parts record of the client's upload, {part name:
+      PyTree} (`core.parts.Part.upload`: DP's update norm), or None.
   """
   delta: PyTree
   loss: jax.Array
@@ -174,6 +179,7 @@ class ClientOutput:
   emitted_active: jax.Array | None = None
   client_state: PyTree = None
   delta_sums: PyTree = None
+  parts: PyTree = None
 
 
 @flax.struct.dataclass

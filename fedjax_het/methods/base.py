@@ -195,11 +195,13 @@ class FederatedAlgorithm(MethodTraits, Planning, LocalTraining, ServerRule,
                    outputs: ClientOutput) -> tuple[ServerState, dict]:
     """The method's metrics with the parts' accounting, its aggregate (the
     arrivals weighed by the parts where the method reads stacked deltas),
-    then the parts' state after the server step; the round advanced."""
+    then the parts' state after the server step and from the round's
+    uploads; the round advanced."""
     metrics = self.parts.metrics(self.round_metrics(state, plans, outputs),
                                  plans, outputs)
     if self.parts.weighs and not self.sums_in_map:
       plans, outputs = self.weigh_arrivals(state, plans, outputs)
     new_state = self.parts.finish(state, self.aggregate(state, plans, outputs),
                                   plans)
+    new_state = self.parts.settle(state, new_state, plans, outputs)
     return new_state.replace(round=state.round + 1), metrics

@@ -31,15 +31,16 @@ program as without it. All three parts are the base class's
 from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts.clock import ClockOptions
+from fedjax_het.parts import dp as dp_lib
 from fedjax_het.parts import links_work
 
 
 class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
   # Runs under the parts of these sections (`core.parts`): lossy uplinks,
-  # unequal work and availability, the virtual clock, and cells (with the
-  # 'mean' edge rule: Eq. (6)).
+  # unequal work and availability, the virtual clock, cells (with the
+  # 'mean' edge rule: Eq. (6)) and DP-FedAvg (`parts.dp`).
   option_groups = (links_work.SystemsOptions, ClockOptions,
-                   cells_lib.HierarchyOptions)
+                   cells_lib.HierarchyOptions, dp_lib.DPOptions)
   sums_deltas_in_map = True
   per_round_metrics = cells_lib.PER_ROUND_METRICS

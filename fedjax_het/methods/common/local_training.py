@@ -128,15 +128,17 @@ class LocalTraining:
     return output.replace(delta=None), sums
 
   def run_client(self, shared, per_client) -> ClientOutput:
-    """One client's program (`clients.map`'s function)."""
+    """One client's program (`clients.map`'s function), its output as the
+    parts upload it (`Parts.upload`: DP's clipped update)."""
     params, table, data, mask_table = shared
     plan, state_row = per_client
     plan = plan.with_row_mask(mask_table)
     if table is not None:
       params = jax.tree.map(lambda t: t[plan.start_model], table)
-    return program.run_program(self.local_program,
-                               program.LocalModel(params, state_row), plan,
-                               data, min_count=self.min_client_count)
+    output = program.run_program(self.local_program,
+                                 program.LocalModel(params, state_row), plan,
+                                 data, min_count=self.min_client_count)
+    return self.parts.upload(self, plan, output)
 
   def client_update(self, params: PyTree, plan: ClientPlan,
                     data) -> ClientOutput:

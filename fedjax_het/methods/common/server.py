@@ -38,8 +38,9 @@ class ServerRule:
   def segment_pseudo_gradient(self, state: ServerState, plans: ClientPlan,
                               outputs: ClientOutput) -> PyTree:
     """g: the segments' masked weighted means of the deltas (the sums made
-    in the map, `outputs.delta_sums`, or from `outputs.delta` [K, ...]),
-    combined by `combine_segments`; leaves like `state.params`."""
+    in the map, `outputs.delta_sums`, or from `outputs.delta` [K, ...]) as
+    the parts release them (`Parts.release_sums`: DP's noise), combined by
+    `combine_segments`; leaves like `state.params`."""
     sums = outputs.delta_sums
     if sums is None:
       sums = aggregation.segment_sums(
@@ -47,6 +48,7 @@ class ServerRule:
           self.segments,
           self.coverage_masks(plans.client_masks(), outputs.delta),
           values_masked=True)
+    sums = self.parts.release_sums(state, plans.active_weight(), sums)
     means, coverage = aggregation.mean_of_sums(sums, state.params)
     return self.combine_segments(means, coverage)
 

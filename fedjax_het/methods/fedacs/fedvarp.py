@@ -50,7 +50,10 @@ class FedVarp(SystemsAwareAlgorithm):
 
   name = 'fedvarp'
   display_name = 'FedVarp'
-  option_groups = FLAT_OPTION_GROUPS   # not in cells (module docstring)
+  # Not in cells (module docstring), nor under DP.
+  option_groups = tuple(g for g in FLAT_OPTION_GROUPS if g.key != 'dp')
+  unread_sections = {'dp': 'its memory of every client\'s last update enters '
+                           'each aggregate un-noised'}
 
   def init_clients(self, params: PyTree) -> PyTree:
     clients = dict(super().init_clients(params) or {})

@@ -119,6 +119,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
 from fedjax_het.parts import cells as cells_lib
+from fedjax_het.parts import dp as dp_lib
 from fedjax_het.parts import links_work, local_work
 
 PyTree = Any
@@ -161,8 +162,10 @@ class FedAcsOptions(OptionGroup):
                              'recorded (rounds)', check=positive_int)
 
 
-# The family's sections without the cells part (FedVarp, FedAU, OS).
-FLAT_OPTION_GROUPS = (links_work.SystemsOptions, FedAcsOptions)
+# The family's sections without the cells part (FedVarp, FedAU, OS), with
+# the dp part's (`parts.dp`; FedVarp leaves it out).
+FLAT_OPTION_GROUPS = (links_work.SystemsOptions, FedAcsOptions,
+                      dp_lib.DPOptions)
 
 
 @flax.struct.dataclass
@@ -430,15 +433,16 @@ class SystemsAwareAlgorithm(FederatedAlgorithm):
   def pseudo_gradient(self, state: ServerState, plans: ClientPlan,
                       outputs: ClientOutput) -> PyTree:
     """Rule (3): (1/K) Σ_k w_k Δ_k over the K draws (not over the number of
-    updates received): the weighted segment sum times `update_scale`. In
+    updates received): the weighted segment sum, as the parts release it
+    (`Parts.release_sums`: DP's noise), times `update_scale`. In
     cells: Σ_j (K_j/K)(X − x̄_j^E), the cloud over the cells' rule-(3) edge
     models (module docstring; `segment_pseudo_gradient`)."""
     if self.parts.owner('combine') is not None:   # in cells
       return self.segment_pseudo_gradient(state, plans, outputs)
     weights, _ = self.slot_weights(state, plans, outputs)
-    sums, _ = aggregation.segment_sums(
-        outputs.delta, weights * plans.is_active(), plans.group, 1,
-        plans.client_masks())
+    weights = weights * plans.is_active()
+    sums, _ = self.parts.release_sums(state, weights, aggregation.segment_sums(
+        outputs.delta, weights, plans.group, 1, plans.client_masks()))
     scale = self.update_scale()
     return jax.tree.map(lambda s: (s[0] * scale).astype(s.dtype), sums)
 

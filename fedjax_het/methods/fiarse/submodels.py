@@ -57,6 +57,7 @@ from fedjax_het.core import program
 from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.parts.clock import ClockOptions
+from fedjax_het.parts import dp as dp_lib
 from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
@@ -142,7 +143,7 @@ class SubmodelAlgorithm(FedAvg):
   # the virtual clock and in cells (FedAvg's cells part: clients train their
   # level's submodel from their cell's edge model).
   option_groups = (SubmodelOptions, links_work.SystemsOptions, ClockOptions,
-                   HierarchyOptions)
+                   HierarchyOptions, dp_lib.DPOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
   straight_through = False

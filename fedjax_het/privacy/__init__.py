@@ -1,0 +1,1 @@
+"""Privacy accounting on the host (`privacy.accounting`, the `[dp]` extra)."""
