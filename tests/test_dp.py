@@ -108,7 +108,7 @@ def test_adaptive_clipping_moves_s_toward_the_target_quantile(start):
 
   def step(state, _):
     plans, outputs = fake_round(norms, part.clip_norm(state))
-    after = part.settle(state, state, plans, outputs)
+    after = part.finish(state, state, plans, outputs)
     return after.replace(round=state.round + 1), part.clip_norm(after)
 
   _, path = jax.lax.scan(step, state, None, length=150)

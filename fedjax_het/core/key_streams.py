@@ -42,7 +42,7 @@ The named streams:
 | SPLIT_ORDER | 1_000_099 | round | block | split learning's random arrival order |
 | FEDPM_EVAL | 2^30 + 2 | round | unit kind | FedPM's evaluated mask drawn from θ |
 | DP_NOISE | 2^30 + 9 | round | leaf | DP's Gaussian noise on the cohort sums (`parts.dp.ClipAndNoise.release_sums`) |
-| DP_COUNT | 2^30 + 10 | round | — | adaptive clipping's noise on the unclipped count (`parts.dp.ClipAndNoise.settle`) |
+| DP_COUNT | 2^30 + 10 | round | — | adaptive clipping's noise on the unclipped count (`parts.dp.ClipAndNoise.finish`) |
 | STEP_KEYS | 2^31 − 1 | client | step s | the step keys of a program's (first) phase |
 | PHASES | 2^31 − 2 | client | phase i ≥ 1 | the key of a sequence's phase i (`program.phase_key`) |
 | ROUND_ROBIN | 2^30 + 6 | client | step s | FSL_OC's step keys |

@@ -30,8 +30,7 @@ The hooks, in the order a round reaches them:
     server    weigh(method, plan, delta, weight, table, params)  one arrival's term
               release_sums(state, weights, sums) -> sums   the sums before division
               combine(means, coverage) -> pseudo-gradient  *
-              finish(before, after, plans) -> state        after the server step
-              settle(before, after, plans, outputs) -> state  from the uploads
+              finish(before, after, plans, outputs) -> state  after the server step
               metrics(metrics, plans, outputs) -> metrics  its accounting
 
 `upload` acts on one client's `ClientOutput` at the end of its program,
@@ -39,7 +38,7 @@ before any sum (DP clips the update there, `parts.dp`), and may record
 per-client facts in `output.parts[name]`; `release_sums` acts on the
 (numerator, denominator) segment sums (`core.aggregation.segment_sums`) of
 the arrivals weighed by `weights` [K] before the method divides them (DP
-adds its noise to the numerator); `settle` reads the round's stacked
+adds its noise to the numerator); `finish` may read the round's stacked
 outputs after the server step (adaptive clipping's next clip norm).
 
 A starred hook takes a round phase over (`takes_over`): at most one part of a
@@ -175,11 +174,6 @@ class Part:
     raise NotImplementedError
 
   def finish(self, before: ServerState, after: ServerState,
-             plans: ClientPlan) -> ServerState:
-    del before, plans
-    return after
-
-  def settle(self, before: ServerState, after: ServerState,
              plans: ClientPlan, outputs: ClientOutput) -> ServerState:
     del before, plans, outputs
     return after
@@ -340,15 +334,9 @@ class Parts:
     return sums
 
   def finish(self, before: ServerState, after: ServerState,
-             plans: ClientPlan) -> ServerState:
-    for part in self.parts:
-      after = part.finish(before, after, plans)
-    return after
-
-  def settle(self, before: ServerState, after: ServerState,
              plans: ClientPlan, outputs: ClientOutput) -> ServerState:
     for part in self.parts:
-      after = part.settle(before, after, plans, outputs)
+      after = part.finish(before, after, plans, outputs)
     return after
 
   def metrics(self, metrics: Metrics, plans: ClientPlan,

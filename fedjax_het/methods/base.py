@@ -202,6 +202,5 @@ class FederatedAlgorithm(MethodTraits, Planning, LocalTraining, ServerRule,
     if self.parts.weighs and not self.sums_in_map:
       plans, outputs = self.weigh_arrivals(state, plans, outputs)
     new_state = self.parts.finish(state, self.aggregate(state, plans, outputs),
-                                  plans)
-    new_state = self.parts.settle(state, new_state, plans, outputs)
+                                  plans, outputs)
     return new_state.replace(round=state.round + 1), metrics

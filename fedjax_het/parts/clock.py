@@ -434,10 +434,10 @@ class OnClock(parts.Part):
                                     weight, pick(start), pick(params))
     return {**delta, **weighed}, weight
 
-  def finish(self, before, after, plans):
+  def finish(self, before, after, plans, outputs):
     """The clients whose update arrived or was dropped dispatched again with
     w_{q+1}."""
-    del before
+    del before, outputs
     if not self.start_table:
       return after
     return after.replace(extras={**after.extras, 'start': redispatch(

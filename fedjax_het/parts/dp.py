@@ -37,7 +37,7 @@ Adaptive clipping (Andrew et al. 2021, `dp.adaptive_quantile` γ > 0): S is
 server state (`extras['dp']['clip_norm']`); after each round the count b of
 delivering clients whose update was not clipped is released with N(0, σ_b²)
 noise (DP_COUNT stream), b̄ = b̃ / (clients delivering), and
-S ← S·exp(−η_C (b̄ − γ)) (`settle`).
+S ← S·exp(−η_C (b̄ − γ)) (`finish`).
 
 The part runs under FedAvg, the submodel family and the FedACS family except
 FedVarp (its memory of past updates enters every aggregate un-noised); the
@@ -244,7 +244,7 @@ class ClipAndNoise(parts.Part):
     """bool [K]: delivering slots whose update was within S."""
     return plans.delivers() & (outputs.parts['dp'] <= plans.parts['dp'])
 
-  def settle(self, before, after, plans, outputs):
+  def finish(self, before, after, plans, outputs):
     """Adaptive clipping: S ← S·exp(−η_C (b̄ − γ)), b̄ the noised fraction of
     delivered updates left unclipped."""
     if not self.adaptive:

@@ -350,9 +350,9 @@ class LinksWork(parts.Part):
         weight=plans.weight * rnd.link_up[plans.client_id].astype(jnp.float32))
 
   def finish(self, before: ServerState, after: ServerState,
-             plans: ClientPlan) -> ServerState:
+             plans: ClientPlan, outputs) -> ServerState:
     """Markov: the round's link outcomes are the next round's states."""
-    del plans
+    del plans, outputs
     if self.model.model != 'markov':
       return after
     links = self.draws(before).link_up.astype(jnp.int32)
