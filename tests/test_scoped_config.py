@@ -227,11 +227,13 @@ def printed_sections(text: str) -> set[str]:
 
 def test_show_config_of_fedavg_prints_only_the_sections_it_reads(capsys):
   """`--show-config` of the quickstart (FedAvg) prints the core keys and
-  FedAvg's sections (links and work, the clock, cells, DP), no other
-  method's nor `natural`; a resolved config resolves to itself."""
+  FedAvg's sections (links and work, the clock, cells, DP, secure
+  aggregation), no other method's nor `natural`; a resolved config resolves
+  to itself."""
   assert cli.main(['--config', QUICKSTART, '--show-config']) == 0
   assert printed_sections(capsys.readouterr().out) == {'systems', 'clock',
-                                                       'hierarchy', 'dp'}
+                                                       'hierarchy', 'dp',
+                                                       'secagg'}
   resolved = config_lib.resolve(configured('fedavg'))
   assert {'fedacs', 'cos2p', 'split', 'submodel', 'natural'}.isdisjoint(resolved)
   assert config_lib.resolve(resolved).to_json() == resolved.to_json()

@@ -199,11 +199,18 @@ REFUSED_TOGETHER = {
     frozenset({'dp', 'cells'}):
         'cells average edge models over E edge rounds before the cloud sum, '
         'so no per-client sum is released once per round',
+    frozenset({'secagg', 'clock'}):
+        'the clock weighs an arrival by its staleness after its upload, '
+        'which a client cannot encode in its secure-aggregation term',
+    frozenset({'secagg', 'cells'}):
+        'cells average edge models over E edge rounds before the cloud sum, '
+        'so no per-client sum is released once per round',
 }
 
 # The config section that turns each part on, for the refusal's line.
 SECTIONS = {'clock': 'clock.*', 'availability': 'systems.availability',
-            'cells': 'hierarchy.*', 'dp': 'dp.*'}
+            'cells': 'hierarchy.*', 'dp': 'dp.*',
+            'secagg': 'secagg.*'}
 
 
 # (config section, part type): the registered parts, in the order they act.

@@ -32,6 +32,7 @@ from fedjax_het.methods.base import FederatedAlgorithm
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.parts import dp as dp_lib
+from fedjax_het.parts import secagg as secagg_lib
 from fedjax_het.parts import links_work
 
 
@@ -39,8 +40,10 @@ class FedAvg(FederatedAlgorithm):
   name = 'fedavg'
   # Runs under the parts of these sections (`core.parts`): lossy uplinks,
   # unequal work and availability, the virtual clock, cells (with the
-  # 'mean' edge rule: Eq. (6)) and DP-FedAvg (`parts.dp`).
+  # 'mean' edge rule: Eq. (6)), DP-FedAvg (`parts.dp`) and secure
+  # aggregation (`parts.secagg`).
   option_groups = (links_work.SystemsOptions, ClockOptions,
-                   cells_lib.HierarchyOptions, dp_lib.DPOptions)
+                   cells_lib.HierarchyOptions, dp_lib.DPOptions,
+                   secagg_lib.SecaggOptions)
   sums_deltas_in_map = True
   per_round_metrics = cells_lib.PER_ROUND_METRICS

@@ -50,10 +50,13 @@ class FedVarp(SystemsAwareAlgorithm):
 
   name = 'fedvarp'
   display_name = 'FedVarp'
-  # Not in cells (module docstring), nor under DP.
-  option_groups = tuple(g for g in FLAT_OPTION_GROUPS if g.key != 'dp')
+  # Not in cells (module docstring), nor under DP or secure aggregation.
+  option_groups = tuple(g for g in FLAT_OPTION_GROUPS
+                        if g.key not in ('dp', 'secagg'))
   unread_sections = {'dp': 'its memory of every client\'s last update enters '
-                           'each aggregate un-noised'}
+                           'each aggregate un-noised',
+                     'secagg': 'its memory of every client\'s last update '
+                               'enters each aggregate outside the secure sum'}
 
   def init_clients(self, params: PyTree) -> PyTree:
     clients = dict(super().init_clients(params) or {})

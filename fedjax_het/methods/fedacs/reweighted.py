@@ -97,7 +97,10 @@ class OptimalSampling(SystemsAwareAlgorithm):
 
   name = 'os'
   display_name = 'OS'
-  option_groups = FLAT_OPTION_GROUPS   # not in cells (module docstring)
+  # Not in cells (module docstring), nor under secure aggregation.
+  option_groups = tuple(g for g in FLAT_OPTION_GROUPS if g.key != 'secagg')
+  unread_sections = {'secagg': 'its weights follow from every client\'s '
+                               'update norm, which secure aggregation hides'}
   participations = ('with_replacement',)
 
   def __init__(self, config, model, data):

@@ -120,6 +120,7 @@ from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 non_negative, option, positive_int)
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts import dp as dp_lib
+from fedjax_het.parts import secagg as secagg_lib
 from fedjax_het.parts import links_work, local_work
 
 PyTree = Any
@@ -163,9 +164,10 @@ class FedAcsOptions(OptionGroup):
 
 
 # The family's sections without the cells part (FedVarp, FedAU, OS), with
-# the dp part's (`parts.dp`; FedVarp leaves it out).
+# the dp part's (`parts.dp`; FedVarp leaves it out) and the secagg part's
+# (`parts.secagg`; FedVarp and OS leave it out).
 FLAT_OPTION_GROUPS = (links_work.SystemsOptions, FedAcsOptions,
-                      dp_lib.DPOptions)
+                      dp_lib.DPOptions, secagg_lib.SecaggOptions)
 
 
 @flax.struct.dataclass

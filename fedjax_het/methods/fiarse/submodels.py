@@ -58,6 +58,7 @@ from fedjax_het.core.state import ClientPlan, ServerState
 from fedjax_het.parts.cells import HierarchyOptions
 from fedjax_het.parts.clock import ClockOptions
 from fedjax_het.parts import dp as dp_lib
+from fedjax_het.parts import secagg as secagg_lib
 from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range, is_bool,
                                 option, positive)
@@ -143,7 +144,8 @@ class SubmodelAlgorithm(FedAvg):
   # the virtual clock and in cells (FedAvg's cells part: clients train their
   # level's submodel from their cell's edge model).
   option_groups = (SubmodelOptions, links_work.SystemsOptions, ClockOptions,
-                   HierarchyOptions, dp_lib.DPOptions)
+                   HierarchyOptions, dp_lib.DPOptions,
+                   secagg_lib.SecaggOptions)
   # Whether the trained submodel is re-evaluated at every local step
   # (FIARSE's TCB-GD): only then may `submodel.update_mask` be 'current'.
   straight_through = False
