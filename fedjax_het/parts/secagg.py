@@ -191,8 +191,9 @@ class SecureSum(parts.Part):
     return jnp.sum(plans.delivers()) < self.options.dropout_threshold
 
   def finish(self, before: ServerState, after: ServerState,
-             plans: ClientPlan) -> ServerState:
+             plans: ClientPlan, outputs) -> ServerState:
     """An aborted round leaves the server's params and optimiser state."""
+    del outputs
     if not self.options.dropout_threshold:
       return after
     aborted = self.aborted(plans)
