@@ -110,12 +110,14 @@ def assert_start_rows(state, expected) -> None:
                                 expected[k], rtol=1e-5, atol=1e-6)
 
 
-def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
-  """[w_0, ..., w_Q]: the arrivals of each round applied by hand: client n
-  trains from w_k with round k's key (and FedRolex's round-k window), and
-  the server takes the (masked) weighted mean of the deltas, w_{q+1} =
-  w_q − mean (server lr 1): 'polynomial' Σ w s(τ) Δ / Σ w, 'cos2p'
-  Σ w γ Δ / Σ w γ."""
+def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5,
+              arrivals=ARRIVALS, normalisation='mean'):
+  """[w_0, ..., w_Q]: the arrivals of each round (`arrivals[q]`, [(client,
+  dispatch round)]) applied by hand: client n trains from w_k with round
+  k's key (and FedRolex's round-k window), and the server takes the
+  (masked) weighted mean of the deltas, w_{q+1} = w_q − mean (server lr 1):
+  'polynomial' Σ w s(τ) Δ / Σ w with s(τ) = (1 + τ)^−a, or Σ w s Δ / Σ w s
+  with `normalisation='sum'`; 'cos2p' Σ w γ Δ / Σ w γ."""
   config = algorithm.config
   counts = np.asarray(data.counts, np.float32)
   update = jax.jit(lambda p, plan: algorithm.client_update(p, plan, data))
@@ -132,9 +134,9 @@ def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
   leaves = lambda tree: [np.asarray(x, np.float64)
                          for x in jax.tree.leaves(tree)]
   models_ = [w0]
-  for q, arrivals in enumerate(ARRIVALS):
+  for q, arriving in enumerate(arrivals):
     num = den = 0
-    for n, k in arrivals:
+    for n, k in arriving:
       plan = ClientPlan(
           client_id=jnp.int32(n), key=key_of(k, n),
           num_steps=jnp.int32(config.local_steps),
@@ -148,7 +150,9 @@ def reference(algorithm, w0, seed_key, data, weighting='none', exponent=0.5):
       mask = ([np.ones_like(d) for d in delta] if plan.mask is None else
               leaves(plan.mask))
       w = counts[n]
-      if weighting == 'polynomial':   # the delta scaled, not the weight
+      if weighting == 'polynomial' and normalisation == 'sum':
+        w *= np.float32(1 + q - k) ** -np.float32(exponent)
+      elif weighting == 'polynomial':   # the delta scaled, not the weight
         delta = [d * (1 + q - k) ** -exponent for d in delta]
       if weighting == 'cos2p':
         drift = sum(np.abs(a - b).sum() for a, b in

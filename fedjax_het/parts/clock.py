@@ -9,8 +9,9 @@ client dispatched again). This module turns a schedule into what compiled
 rounds read, and keeps the stale-model table:
 
 - round inputs (`schedule_inputs`), leaves [count, N]: 'arrives',
-  'staleness', 'dispatch_round', 'busy_seconds', 'window_seconds' and
-  'redispatch' (arrived or dropped: dispatched again with w_{q+1});
+  'staleness', 'dispatch_round', 'busy_seconds', 'window_seconds',
+  'dropped', 'lost' and 'redispatch' (dispatched while w_{q+1} is the
+  global model: the next row of the schedule's `dispatched`);
 - the start table (`start_table`, `redispatch`): row n is the global model
   client n was dispatched with, w_{k_n}; a client trains from its row, so a
   stale client starts from the model of its dispatch round;
@@ -19,17 +20,42 @@ rounds read, and keeps the stale-model table:
   lazily at arrival equals training at dispatch (a busy client's inputs
   cannot change);
 - `weigh_arrival`: an arriving update's delta and weight in the round's
-  mean Σ w_n Δ_n / Σ w_n: 'none' as they are; 'polynomial' the delta scaled
-  by s(τ) = (1 + τ)^−a (FedAsync's polynomial staleness function; FedBuff's
-  s(τ) = 1/√(1 + τ) is a = ½), so the mean is Σ w_n s(τ_n) Δ_n / Σ w_n as
-  FedBuff's buffer mean and a lone stale arrival moves the model by
-  s(τ)·Δ; 'cos2p' the weight scaled by Co-S²P's Eq. 4 with the whole model
-  as one segment,
+  mean Σ w_n Δ_n / Σ w_n: 'none' (constant) as they are; 'polynomial'
+  s(τ) = (1 + τ)^−a (FedAsync), 'fedscale' s(τ) = 1/√(1 + τ) (FedScale's
+  FedBuff) and 'hinge' (FedAsync's, `systems.buffered`), normalised by
+  `staleness_normalisation`: 'mean' the delta scaled, Σ w_n s(τ_n) Δ_n /
+  Σ w_n (FedBuff's (1/K) Σ s Δ with uniform weights; a lone stale arrival
+  moves the model by s(τ)·Δ); 'flsim' the same with s(τ)/s(1) (FLSim's
+  w(1) = 1); 'sum' the weight scaled, Σ w_n s_n Δ_n / Σ w_n s_n (FedScale's
+  weighted mean); 'cos2p' the weight scaled by Co-S²P's Eq. 4 with the
+  whole model as one segment,
       γ_n = ‖Δ_n‖₁ / (‖w_q − w_{k_n}‖₁ + size(w)),
   so the mean Σ w_n γ_n Δ_n / Σ w_n γ_n is Eq. 5 (with uniform weights
   w_n; γ only weighs arrivals of one round against each other);
 - the clock's round metrics and summary facts (virtual time, RU in the
-  three forms of `systems.clock`, the largest staleness).
+  three forms of `systems.clock`, the largest staleness, updates dropped
+  and lost, and in buffered mode the server steps).
+
+Buffered mode (`clock.buffer_size` K > 0): FedBuff's clock
+(`systems.buffered.simulate`, seeded by `config.seed`) instead of Alg. 1:
+C = `clock.concurrency` clients in flight (0: N), each finished one
+replaced by a uniformly sampled eligible client, and a server step on every
+K arrivals; a "round" of the run is a server step, the schedule's row q.
+The compiled side reads that schedule as Alg. 1's: a client trains from the
+model of the version it was dispatched with (its start-table row, set when
+it is dispatched) and its arrival is weighed by its staleness. C = K = N
+with the constant weight is Alg. 1 at μ = 1, bit for bit. `mu` and `t_clk`
+are Alg. 1's and refused there; `tau_max` bounds the staleness in steps.
+
+Device traces (`clock.device_trace`, the .npz of `fedjax-het traces`): a
+client's round time is FedScale's completion time on device n mod D
+(`systems.traces.trace_durations`: 3 × ms per sample × local steps ×
+batch_size, plus the float32 model down and its update up over the link),
+times the jitter, in place of the method's round-time model; where the file
+holds the behaviour trace (buffered mode only), a client is dispatched only
+while online and one going offline mid-round loses its update (counted,
+'lost_updates'). Per-round availability (`systems.availability`) and
+`client_seconds` do not combine with it (one line).
 
 Client round times are the method's round-time model `duration(client,
 dispatch_round, index) -> seconds` (`round_durations`), which `VirtualClock`
@@ -69,13 +95,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_het import models
 from fedjax_het.core import parts
+from fedjax_het.data import augment
 from fedjax_het.options import (ConfigError, OptionGroup, changed_key, each, finite,
                                 in_range, non_negative, option, positive)
-from fedjax_het.systems import clock
+from fedjax_het.systems import buffered, clock, traces
 
 PyTree = Any
-STALENESS_WEIGHTS = ('none', 'cos2p', 'polynomial')
+STALENESS_WEIGHTS = ('none', 'polynomial', 'fedscale', 'hinge', 'cos2p')
+# The weights w(τ) of `systems.buffered`, which the normalisations act on.
+STALENESS_FUNCTIONS = ('polynomial', 'fedscale', 'hinge')
+NORMALISATIONS = ('mean', 'flsim', 'sum')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,19 +117,29 @@ class ClockOptions(OptionGroup):
   key = 'clock'
   mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates (1/N with t_clk = 0: fully asynchronous)', check=in_range(0, 1, closed_low=False))
   t_clk: float = option(0.0, 'T_clk: seconds the server keeps accepting after ⌈μN⌉ arrivals', check=non_negative)
-  tau_max: int = option(-1, 'drop updates staler than τ_max rounds (−1: never)', check=in_range(-1, math.inf))
+  tau_max: int = option(-1, 'drop updates staler than τ_max rounds, or server steps in buffered mode (−1: never)', check=in_range(-1, math.inf))
+  buffer_size: int = option(0, 'K: buffered asynchronous mode (FedBuff): the server steps on every K arriving updates (0: off, Alg. 1 rounds)', check=in_range(0, math.inf))
+  concurrency: int = option(0, 'C: clients in flight in buffered mode, a finished one replaced by a uniformly sampled idle one (0: every client)', check=in_range(0, math.inf))
+  device_trace: str = option('', "a .npz of `fedjax-het traces` (FedScale's device files): round times from the devices' compute and bandwidth, and, with the behaviour trace, who is online (buffered mode); empty: off")
   client_seconds: tuple = option((), "fixed seconds of a client round, one value for every client or one per client; empty: the method's own cost model (local_steps seconds for FedAvg-like methods, equal work; the analytic ViT model for the ViT methods), times the jitter", check=each(positive))
   jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (every method on the clock, the ViT methods included)', check=non_negative)
-  staleness_weight: str = option('none', "an update of staleness τ in the round's mean (not read by the ViT methods, whose rule is their own, e.g. cos2p.weighting): none | polynomial (its delta times (1 + τ)^−a, FedBuff / FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
-  staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedBuff: ½; not read by the ViT methods)", check=non_negative)
+  staleness_weight: str = option('none', "w(τ) of an update of staleness τ in the round's mean (not read by the ViT methods, whose rule is their own, e.g. cos2p.weighting): none (constant) | polynomial (1 + τ)^−a | fedscale 1/√(1 + τ) (FedScale's FedBuff) | hinge 1 for τ ≤ b, else 1/(slope·(τ − b) + 1) (FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
+  staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedAsync; FLSim's a ∈ [0, 1])", check=non_negative)
+  staleness_slope: float = option(10.0, "slope of staleness_weight='hinge' (FedAsync's a = 10)", check=non_negative)
+  staleness_cutoff: int = option(4, "b of staleness_weight='hinge': updates up to b stale weigh 1 (FedAsync's b = 4)", check=in_range(0, math.inf))
+  staleness_normalisation: str = option('mean', "how polynomial / fedscale / hinge weights enter the mean Σ c_n Δ_n: mean (c_n = u_n w(τ_n) / Σ u: the delta scaled, FedBuff's (1/K) Σ w Δ with uniform u) | flsim (w(τ)/w(1) in that mean, FLSim's w(1) = 1) | sum (c_n = u_n w(τ_n) / Σ u w: a weighted mean, FedScale's), u_n the method's weights", choices=NORMALISATIONS)
+
+  @property
+  def buffered(self) -> bool:
+    """FedBuff's buffered asynchronous mode (`systems.buffered`)."""
+    return self.buffer_size > 0
 
   def validate(self) -> None:
     finite('clock.t_clk', self.t_clk)
-    if self.staleness_weight != 'polynomial' and self.staleness_exponent != 0.5:
-      raise ConfigError(
-          f'clock.staleness_exponent = {self.staleness_exponent!r} is read '
-          "only with clock.staleness_weight='polynomial'; leave it unset.")
+    self.refuse_unread()
     refuse_equal_times(self, default_equal=False)
+    if self.buffered:
+      return
     # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
     # γ still weighs the arrivals by their deltas, the others act on τ only.
     for key, value, unset in (('tau_max', self.tau_max, -1),
@@ -108,7 +149,44 @@ class ClockOptions(OptionGroup):
         raise ConfigError(
             f'clock.{key} = {value!r} acts on stale updates, but at clock.mu '
             '= 1 every update arrives in the round it was dispatched in '
-            '(τ = 0); set clock.mu < 1 or leave it unset.')
+            '(τ = 0); set clock.mu < 1 (or clock.buffer_size > 0) or leave '
+            'it unset.')
+
+  def refuse_unread(self) -> None:
+    """ConfigError naming a key set away from its default where the chosen
+    mode or weight does not read it."""
+    defaults = ClockOptions.defaults()
+    unread = {
+        'staleness_exponent': (self.staleness_weight != 'polynomial',
+                               "clock.staleness_weight='polynomial'"),
+        'staleness_slope': (self.staleness_weight != 'hinge',
+                            "clock.staleness_weight='hinge'"),
+        'staleness_cutoff': (self.staleness_weight != 'hinge',
+                             "clock.staleness_weight='hinge'"),
+        'staleness_normalisation': (
+            self.staleness_weight not in STALENESS_FUNCTIONS,
+            'clock.staleness_weight polynomial, fedscale or hinge'),
+        'concurrency': (not self.buffered, 'clock.buffer_size > 0'),
+        'mu': (self.buffered, 'clock.buffer_size = 0 (Alg. 1 rounds; a '
+               'buffered server steps on K updates)'),
+        't_clk': (self.buffered, 'clock.buffer_size = 0 (Alg. 1 rounds; a '
+                  'buffered server steps on K updates)'),
+    }
+    for key, (not_read, where) in unread.items():
+      value = getattr(self, key)
+      if not_read and value != defaults[key]:
+        raise ConfigError(f'clock.{key} = {value!r} is read only with '
+                          f'{where}; leave it unset.')
+
+  def staleness_function(self, tau: jax.Array) -> jax.Array:
+    """w(τ) of the chosen `staleness_weight` among `STALENESS_FUNCTIONS`
+    (`systems.buffered`'s functions), float32."""
+    if self.staleness_weight == 'polynomial':
+      return buffered.polynomial_weight(tau, self.staleness_exponent)
+    if self.staleness_weight == 'fedscale':
+      return buffered.fedscale_weight(tau)
+    return buffered.hinge_weight(tau, self.staleness_slope,
+                                 self.staleness_cutoff)
 
 
 def refuse_equal_times(options: ClockOptions, *, default_equal: bool) -> None:
@@ -159,29 +237,39 @@ def step_durations(options: ClockOptions, *, num_clients: int, rounds: int,
 
 
 class VirtualClock:
-  """The host side of the part: the schedule of a run's rounds.
+  """The host side of the part: the schedule of a run's rounds (Alg. 1's
+  rounds, or FedBuff's server steps in buffered mode).
 
   Args:
     options: the `clock` section.
     num_clients: N (every idle client is dispatched, or every idle client
-      online in the round where `online` is set).
-    rounds: Q, the rounds simulated.
+      online in the round where `online` is set; in buffered mode C of them
+      are in flight).
+    rounds: Q, the rounds (server steps) simulated.
     duration: the round-time model, `duration(client, dispatch_round,
-      index) -> seconds` with its jitter (`step_durations`, or e.g. the ViT
-      engine's analytic one); it may change as rounds are charged, and
-      `simulate` follows it.
+      index) -> seconds` with its jitter (`step_durations`, `trace_seconds`,
+      or e.g. the ViT engine's analytic one); it may change as rounds are
+      charged, and `simulate` follows it.
     online: bool [Q, N], who can be dispatched in each round (the hosted
       availability part's draws); None: every client.
+    seed: seeds the buffered mode's client sampling (`systems.buffered`).
+    availability: buffered mode: the clients' online intervals in virtual
+      time (a device trace's behaviour); None: always online.
   """
 
   def __init__(self, options: ClockOptions, *, num_clients: int, rounds: int,
-               duration: clock.Duration, online: np.ndarray | None = None):
+               duration: clock.Duration, online: np.ndarray | None = None,
+               seed: int = 0,
+               availability: traces.Availability | None = None):
     self.options = options
     self.num_clients = num_clients
     self.rounds = rounds
     self.duration = duration
     self.online = online
+    self.seed = seed
+    self.availability = availability
     self._schedule = None
+    self._lost = None
 
   @property
   def schedule(self) -> clock.Schedule:
@@ -190,45 +278,78 @@ class VirtualClock:
       self.simulate()
     return self._schedule
 
+  @property
+  def lost(self) -> np.ndarray:
+    """int32 [Q, N]: updates client n lost in round (step) q by going offline
+    mid-round (buffered mode with a behaviour trace; else zeros)."""
+    if self._schedule is None:
+      self.simulate()
+    return self._lost
+
   def simulate(self) -> clock.Schedule:
-    """`schedule`: Alg. 1 over the Q rounds with the round-time model as it
-    is now (a model that charges what clients learn, Co-S²P's realised
-    masks, is simulated again after each charge); returned as well."""
+    """`schedule`: Alg. 1 over the Q rounds, or FedBuff's Q server steps in
+    buffered mode, with the round-time model as it is now (a model that
+    charges what clients learn, Co-S²P's realised masks, is simulated again
+    after each charge); returned as well."""
     o = self.options
-    self._schedule = clock.simulate(
-        self.duration, num_clients=self.num_clients, rounds=self.rounds,
-        mu=o.mu, t_clk=o.t_clk, tau_max=None if o.tau_max < 0 else o.tau_max,
-        online=self.online)
+    tau_max = None if o.tau_max < 0 else o.tau_max
+    self._lost = np.zeros((self.rounds, self.num_clients), np.int32)
+    if not o.buffered:
+      self._schedule = clock.simulate(
+          self.duration, num_clients=self.num_clients, rounds=self.rounds,
+          mu=o.mu, t_clk=o.t_clk, tau_max=tau_max, online=self.online)
+      return self._schedule
+    result = buffered.simulate(
+        self.duration, num_clients=self.num_clients, steps=self.rounds,
+        concurrency=o.concurrency or self.num_clients,
+        buffer_size=o.buffer_size, seed=self.seed, tau_max=tau_max,
+        availability=self.availability)
+    np.add.at(self._lost, (result.lost_step, result.lost_client), 1)
+    self._schedule = result.schedule
     return self._schedule
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
-    return schedule_inputs(self.schedule, first, count)
+    return schedule_inputs(self.schedule, first, count, self.lost)
 
   def summary_facts(self) -> dict:
-    return schedule_facts(self.schedule, self.rounds)
+    facts = schedule_facts(self.schedule, self.rounds)
+    facts['lost_updates'] = int(self.lost.sum())
+    if self.options.buffered:
+      facts['server_steps'] = self.rounds
+    return facts
 
 
 # ---- host: schedule → round inputs and facts --------------------------------
-def schedule_inputs(schedule: clock.Schedule, first: int,
-                    count: int) -> dict[str, np.ndarray]:
+def schedule_inputs(schedule: clock.Schedule, first: int, count: int,
+                    lost: np.ndarray | None = None) -> dict[str, np.ndarray]:
   """Rounds [first, first + count) of `schedule` as compiled-round xs, leaves
   [count, N]: `Schedule.round_inputs`, the seconds each client was busy in
-  the round's window, the window's length (per client, for the map), and
-  'redispatch': dispatched again at the next round's start (arrived or
-  dropped)."""
+  the round's window, the window's length (per client, for the map),
+  'dropped' (an update staler than τ_max discarded), 'lost' (updates lost
+  to going offline mid-round, `lost` [Q, N]; None: none) and 'redispatch':
+  dispatched (at least once) while w_{q+1} is the global model, the next
+  row of `dispatched` (Alg. 1: at the next round's start, the clients that
+  arrived or were dropped and are online; none after the last row)."""
   inputs = schedule.round_inputs(first, count)
   rows = slice(first, first + count)
   busy = schedule.busy[rows]
   window = (schedule.end_time - schedule.start_time)[rows]
+  following = np.zeros_like(busy, bool)
+  nxt = schedule.dispatched[first + 1:first + count + 1]
+  following[:nxt.shape[0]] = nxt
+  lost = np.zeros(busy.shape, np.int32) if lost is None else lost[rows]
   return {**inputs, 'busy_seconds': busy.astype(np.float32),
           'window_seconds': np.broadcast_to(
               window[:, None], busy.shape).astype(np.float32),
-          'redispatch': inputs['arrives'] | schedule.dropped[rows]}
+          'dropped': schedule.dropped[rows].copy(),
+          'lost': lost.astype(np.int32),
+          'redispatch': following}
 
 
 def schedule_facts(schedule: clock.Schedule, rounds: int) -> dict:
   """summary.json's clock: virtual time, RU (Eq. 17, busy, time-weighted),
-  the largest staleness and each client's mean seconds per arriving update."""
+  the largest staleness, the updates dropped as staler than τ_max and each
+  client's mean seconds per arriving update."""
   seconds = schedule.update_seconds[:rounds].sum(0) / np.maximum(
       schedule.arrivals[:rounds].sum(0), 1)
   return {'virtual_time_s': float(schedule.end_time[rounds - 1]),
@@ -236,6 +357,7 @@ def schedule_facts(schedule: clock.Schedule, rounds: int) -> dict:
           'ru_busy': float(schedule.ru_busy()),
           'ru_time_weighted': float(schedule.ru_time_weighted()),
           'max_staleness': int(schedule.max_staleness),
+          'dropped_updates': int(schedule.dropped[:rounds].sum()),
           'client_round_seconds': [float(x) for x in seconds]}
 
 
@@ -271,37 +393,94 @@ def weigh_arrival(options: ClockOptions, staleness: jax.Array,
                   delta: PyTree, weight: jax.Array, start: PyTree,
                   params: PyTree) -> tuple[PyTree, jax.Array]:
   """(delta, weight) of one arriving update in the round's weighted mean
-  (module docstring); 'none' returns them unchanged, bit for bit.
+  Σ weight_n delta_n / Σ weight_n (module docstring); 'none' returns them
+  unchanged, bit for bit.
 
   Args:
     options: the `clock` section.
     staleness: τ, int scalar.
     delta: the client's delta Δ (start − end).
-    weight: its aggregation weight (0 on an idle slot).
+    weight: its aggregation weight u (0 on an idle slot).
     start: its start model w_{k_n}; params: the global model w_q.
   """
   if options.staleness_weight == 'none':
     return delta, weight
-  if options.staleness_weight == 'polynomial':
-    scale = (1.0 + staleness.astype(jnp.float32)) ** -options.staleness_exponent
-    return jax.tree.map(lambda d: d * scale.astype(d.dtype), delta), weight
-  l1 = lambda tree: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree))
-  size = sum(x.size for x in jax.tree.leaves(params))
-  drift = l1(jax.tree.map(jnp.subtract, params, start))
-  return delta, weight * l1(delta) / (drift + size)
+  if options.staleness_weight == 'cos2p':
+    l1 = lambda tree: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree))
+    size = sum(x.size for x in jax.tree.leaves(params))
+    drift = l1(jax.tree.map(jnp.subtract, params, start))
+    return delta, weight * l1(delta) / (drift + size)
+  scale = options.staleness_function(staleness)
+  if options.staleness_normalisation == 'sum':
+    return delta, weight * scale
+  if options.staleness_normalisation == 'flsim':
+    scale = scale / options.staleness_function(jnp.int32(1))
+  return jax.tree.map(lambda d: d * scale.astype(d.dtype), delta), weight
 
 
 def round_metrics(extras: dict, active: jax.Array) -> dict[str, jax.Array]:
   """The clock's round metrics from the slots' clock inputs (`extras`,
-  leaves [K]): the round's virtual seconds, client busy seconds, arrivals
-  and their summed staleness (running totals in the logs)."""
+  leaves [K]): the round's virtual seconds, client busy seconds, arrivals,
+  their summed staleness, the updates dropped as stale and those lost to
+  clients going offline (running totals in the logs)."""
   return {
       'virtual_seconds': extras['window_seconds'][0],
       'busy_seconds': jnp.sum(extras['busy_seconds']),
       'arrivals': jnp.sum(active).astype(jnp.float32),
       'staleness': jnp.sum(jnp.where(active, extras['staleness'],
                                      0)).astype(jnp.float32),
+      'dropped_updates': jnp.sum(extras['dropped']).astype(jnp.float32),
+      'lost_updates': jnp.sum(extras['lost']).astype(jnp.float32),
   }
+
+
+# ---- host: buffered mode and device traces ----------------------------------
+def check_buffered(method, options: ClockOptions, num_clients: int) -> None:
+  """ConfigError in one line where buffered mode (or a device trace) cannot
+  run: the ViT methods plan Alg. 1's rounds themselves; C and K at most N
+  (one update per client per server step)."""
+  if method.always_on_clock and (options.buffered or options.device_trace):
+    raise ConfigError(
+        f'{method.name} plans Alg. 1\'s rounds itself (the ViT engine): '
+        'clock.buffer_size and clock.device_trace are not modelled for it; '
+        'leave them unset.')
+  for key in ('buffer_size', 'concurrency'):
+    if getattr(options, key) > num_clients:
+      raise ConfigError(f'clock.{key} = {getattr(options, key)} exceeds '
+                        f'num_clients = {num_clients}.')
+
+
+def model_bytes(method, config, data) -> float:
+  """Bytes of the method's model (float32 parameters), shape-evaluated."""
+  shape = augment.output_shape(config.augment, data.feature_shape)
+  params = jax.eval_shape(lambda: models.init_params(
+      method.model, jax.random.PRNGKey(0), shape))
+  return float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
+
+
+def trace_seconds(method, options: ClockOptions, config, data
+                  ) -> tuple[clock.Duration, traces.Availability | None]:
+  """The round-time model and availability of `clock.device_trace`: client
+  n's round is FedScale's completion time on device n mod D
+  (`traces.trace_durations`: compute of its samples, local steps ×
+  batch_size, plus the model down and its update up) times the jitter; its
+  online intervals are trace entry n mod M (buffered mode only)."""
+  capacity, availability = traces.load_npz(options.device_trace)
+  if capacity is None:
+    raise ConfigError(f'clock.device_trace {options.device_trace!r} holds no '
+                      'device capacities (fedjax-het traces --capacity).')
+  if options.client_seconds:
+    raise ConfigError('clock.client_seconds and clock.device_trace both set '
+                      "a client's round time: set one of them.")
+  if availability is not None and not options.buffered:
+    raise ConfigError(
+        f'clock.device_trace {options.device_trace!r} holds online intervals '
+        'in virtual time, which only buffered mode dispatches by: set '
+        'clock.buffer_size > 0 (C = K = N is Alg. 1 at μ = 1).')
+  steps = np.atleast_1d(method.clock_default_steps()).astype(np.float64)
+  duration = traces.trace_durations(capacity, steps * config.batch_size,
+                                    model_bytes(method, config, data))
+  return clock.with_jitter(duration, options.jitter, config.seed), availability
 
 
 # ---- the part ---------------------------------------------------------------
@@ -315,13 +494,15 @@ class OnClock(parts.Part):
   gathered from the table (slots differ in round), active when its update
   arrives. A client starts from its start-table row; an arrival is weighed by
   its staleness (`weigh_arrival`, on the parts of the model the method
-  averages, its `averaged_parts`); after the server step the clients that
-  arrived or were dropped are dispatched again with w_{q+1}.
+  averages, its `averaged_parts`); after the server step the rows of the
+  clients dispatched with w_{q+1} are set to it.
 
   On for a method listing it when `config.clock` leaves its defaults, and
   always for a method defined on the clock (`always_on_clock`: the ViT
-  methods). Every idle client is dispatched (Alg. 1), so the run needs
-  clients_per_round = num_clients and uniform sampling. A client's round
+  methods, which refuse buffered mode and device traces: their engine plans
+  Alg. 1's rounds). Every client has a slot (Alg. 1 dispatches every idle
+  one, buffered mode any C of them), so the run needs clients_per_round =
+  num_clients and uniform sampling. A client's round
   time is the method's round-time model (`round_durations`: one second per
   local step by default, the analytic ViT model for the ViT methods).
   Availability, where it is on, is hosted here: only the idle clients online
@@ -359,23 +540,36 @@ class OnClock(parts.Part):
     options = ClockOptions.from_config(config)
     refuse_equal_times(options, default_equal=method.round_times_equal_work)
     num_clients = int(data.counts.shape[0])
+    check_buffered(method, options, num_clients)
     if (config.clients_per_round != num_clients or
         config.client_sampling != 'uniform'):
       raise ConfigError(
-          f'on the virtual clock every idle client is dispatched (Alg. 1), so '
-          f'{method.name} needs clients_per_round = num_clients '
-          f'({num_clients}) and uniform client_sampling, got '
-          f'{config.clients_per_round} and {config.client_sampling}.')
+          f'on the virtual clock every client has a slot (Alg. 1 dispatches '
+          f'every idle one; buffered mode any C of them), so {method.name} '
+          f'needs clients_per_round = num_clients ({num_clients}) and uniform '
+          f'client_sampling, got {config.clients_per_round} and '
+          f'{config.client_sampling}.')
+    duration, availability = method.round_durations(), None
+    if options.device_trace:
+      duration, availability = trace_seconds(method, options, config, data)
     return cls(VirtualClock(options, num_clients=num_clients,
-                            rounds=config.rounds,
-                            duration=method.round_durations()),
+                            rounds=config.rounds, duration=duration,
+                            seed=config.seed, availability=availability),
                num_clients, config.seed, method.trains_weights)
 
   def host(self, guest) -> None:
     """Availability: the clock dispatches only the clients `guest` (an
     `OnlineClients`) draws online in each round, drawn on the host from the
     run's key (`jax.random.PRNGKey(seed)`, the runner's state key) as a
-    synchronous round draws them (`Availability.rounds_online`)."""
+    synchronous round draws them (`Availability.rounds_online`). Refused in
+    buffered mode and with a device trace, whose availability is in virtual
+    time."""
+    if self.options.buffered or self.options.device_trace:
+      raise ConfigError(
+          'systems.availability draws who is online per round; with '
+          'clock.buffer_size > 0 or clock.device_trace the clock is in '
+          "virtual time (a device trace's behaviour gives who is online): "
+          'set one of them.')
     self.clock.online = guest.model.rounds_online(
         jax.random.PRNGKey(self.seed), self.clock.rounds)
     self.clock.simulate()
@@ -435,8 +629,8 @@ class OnClock(parts.Part):
     return {**delta, **weighed}, weight
 
   def finish(self, before, after, plans, outputs):
-    """The clients whose update arrived or was dropped dispatched again with
-    w_{q+1}."""
+    """The start-table rows of the clients dispatched while w_{q+1} is the
+    global model set to it ('redispatch')."""
     del before, outputs
     if not self.start_table:
       return after
