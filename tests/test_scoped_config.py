@@ -284,7 +284,7 @@ def test_a_workdir_holding_every_section_resumes_bit_identically(tmp_path):
   with open(os.path.join(whole, 'config.json')) as f:
     record = json.load(f)
   assert set(record) - set(config_lib.CoreOptions.defaults()) == {
-      'systems', 'clock', 'hierarchy', 'dp', run._REVISION_KEY}
+      'systems', 'clock', 'hierarchy', 'dp', 'secagg', run._REVISION_KEY}
   run.train(quick_config(rounds=2, **one_call), parts)
   with open(os.path.join(parts, 'config.json')) as f:
     write_config_json(parts, with_every_section(json.load(f)))
