@@ -9,8 +9,8 @@ from script_utils import load_script
 
 SMALL = dataclasses.replace(bench.WORKLOADS['W-MLP'], num_clients=8, cohort=4,
                             examples_per_client=4)
-PARTS = {'FedAvg': (), 'dp (S = 1, σ = 1)': ('dp',), 'secagg (b = 16)': ('secagg',),
-         'dp + secagg': ('dp', 'secagg')}
+PARTS = {'FedAvg': (), 'dp, clip only (S = 1, σ = 0)': ('dp',), 'dp (S = 1, σ = 1)': ('dp',),
+         'secagg (b = 16)': ('secagg',), 'dp + secagg': ('dp', 'secagg')}
 
 
 def test_every_variant_runs_the_parts_it_names_on_plain_fedavgs_cohort(monkeypatch):
@@ -26,4 +26,5 @@ def test_every_variant_runs_the_parts_it_names_on_plain_fedavgs_cohort(monkeypat
     _, _, _, method = run.build_experiment(config)
     assert method.parts.names == PARTS[name], name
     if 'dp' in PARTS[name]:
-      assert method.parts['dp'].noise_multiplier == 1.0
+      assert method.parts['dp'].noise_multiplier == (0.0 if 'clip only' in name else 1.0)
+      assert method.parts['dp'].clips

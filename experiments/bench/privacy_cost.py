@@ -8,8 +8,9 @@ One federation of the workload (`bench.workload_config`, uniform weights), the s
 privacy sections changed (`cost_of_realism.variant_config`), compiled, then timed in turns in
 one process (`alternation.alternate`):
 
-  dp                 dp.clip_norm S = 1, dp.noise_multiplier σ = 1: every update clipped to S,
-                     N(0, σ²S²) on every coordinate of the sum (parts/dp.py)
+  dp, clip only      dp.clip_norm S = 1, σ = 0: every update clipped to S (parts/dp.py)
+  dp                 S = 1 and dp.noise_multiplier σ = 1: the clip, and N(0, σ²S²) on every
+                     coordinate of the sum
   secagg             secagg.bits = 16 in the range [−1, 1): every client term encoded in fixed
                      point, summed modulo 2^16, decoded (parts/secagg.py)
   dp + secagg        both (the clip, then the encoding; the noise enters before the decode)
@@ -28,10 +29,12 @@ from cost_of_realism import variant_config
 
 from fedjax_het.tools import bench
 
-DP = {'dp.clip_norm': 1.0, 'dp.noise_multiplier': 1.0, 'dp.accountant': 'none'}
+CLIP = {'dp.clip_norm': 1.0, 'dp.accountant': 'none'}
+DP = {**CLIP, 'dp.noise_multiplier': 1.0}
 SECAGG = {'secagg.bits': 16, 'secagg.clip_range': 1.0}
 VARIANTS = {
     'FedAvg': {},
+    'dp, clip only (S = 1, σ = 0)': CLIP,
     'dp (S = 1, σ = 1)': DP,
     'secagg (b = 16)': SECAGG,
     'dp + secagg': {**DP, **SECAGG},
