@@ -45,8 +45,8 @@ FOUR_SIZES = (1 / 64, 1 / 16, 1 / 4, 1.0)
 CLIP_NORM = 0.5
 SEEDS = 3
 COLUMNS = (
-    ('test acc (FIARSE: mean of 4 sizes)', 'final/test_accuracy'),
-    ('FIARSE γ = 1', 'final/accuracy@1'),
+    ('test acc (submodels: mean of sizes)', 'final/test_accuracy'),
+    ('submodels: γ = 1', 'final/accuracy@1'),
     ('ε reported', 'epsilon'),
     ('σ', 'dp/noise_multiplier'),
     ('δ', 'dp/delta'),
@@ -63,19 +63,23 @@ def with_dp(config, epsilon: float):
   return config
 
 
-def as_fiarse(config):
-  """`config` as FIARSE with the scaled protocol's four capacities."""
-  config.algorithm = 'fiarse'
+def with_method(config, method: str):
+  """`config` run by `method`; a submodel method (FIARSE, HeteroFL) with the scaled FIARSE
+  protocol's four capacities."""
+  config.algorithm = method
+  if method == 'fedavg':
+    return config
   config.capacities = FOUR_SIZES
   config.submodel.width_rule = 'params'
   config.submodel.scaler = False
   return config
 
 
-def sweep(config_of) -> dict:
-  """label → config: every method of `METHODS` at every ε of `EPSILONS`."""
+def sweep(config_of, methods=METHODS, epsilons=EPSILONS) -> dict:
+  """label → config: every method of `methods` (label → algorithm) at every ε of `epsilons`,
+  `config_of(algorithm)` with DP."""
   return {f'{label} ε={epsilon:g}': with_dp(config_of(method), epsilon)
-          for label, method in METHODS.items() for epsilon in EPSILONS}
+          for label, method in methods.items() for epsilon in epsilons}
 
 
 def digits_config(method: str):
@@ -89,11 +93,11 @@ def digits_config(method: str):
            server_lr=1.0, eval_every=20, checkpoint_every=100, rounds_per_call=20,
            progress=False)
   c.model_options.hidden = (32,)
-  return as_fiarse(c) if method == 'fiarse' else c
+  return with_method(c, method)
 
 
 def femnist_config(method: str):
   """F-EMNIST-62 by writer with the stand-in's DP settings (module docstring)."""
   c = femnist()
   c.update(clients_per_round=100, rounds=500)
-  return as_fiarse(c) if method == 'fiarse' else c
+  return with_method(c, method)
