@@ -47,6 +47,7 @@ SHORT_RUNS = {
     'experiments/bench/method_ratios.py': ['--repeats=1', '--rounds=1'],
     'experiments/bench/backends.py': ['--rounds=1'],
     'experiments/bench/cost_of_realism.py': ['--repeats=1', '--rounds=1'],
+    'experiments/bench/privacy_cost.py': ['--repeats=1', '--rounds=1'],
     'experiments/bench/cpu_lowering.py': ['--repeats=1'],
 }
 TRAINER_SHORT = ['--config.rounds=1', '--seeds=1', '--workdir={workdir}']
