@@ -140,17 +140,20 @@ CHILDREN = {
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 cpu_devices=4),
 }
-# The heterogeneity matrix's runs, in MATRIX_SHARDS children (each the
-# methods `sorted(ALGORITHMS)[i::MATRIX_SHARDS]`): its tests wait for all of
-# them, and one child alone would leave the other core idle meanwhile.
+# The heterogeneity matrix's runs, in MATRIX_SHARDS children side by side:
+# each takes the next method no child has taken yet (`python
+# test_heterogeneity_matrix.py --queue SCRATCH`, the queue in SCRATCH's
+# parent, the session's shared directory), so that the two finish together
+# whatever each method costs. Its tests wait for all of them, and one child
+# alone would leave the other core idle meanwhile.
 MATRIX_SHARDS = 2
 MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{i}'
                         for i in range(MATRIX_SHARDS))
 CHILDREN.update({
     name: Child('test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
                 without_flags=('xla_cpu_use_fusion_emitters',),
-                args=(f'--shard={i}/{MATRIX_SHARDS}',))
-    for i, name in enumerate(MATRIX_CHILDREN)})
+                args=('--queue',))
+    for name in MATRIX_CHILDREN})
 
 
 def _shared_report(shared: pathlib.Path, name: str, timeout=1800) -> dict:
