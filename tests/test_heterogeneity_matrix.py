@@ -653,6 +653,8 @@ if __name__ == '__main__':
     print(markdown_matrix())
   elif sys.argv[1:] == ['--record']:
     record_pins()
-  else:
+  elif len(sys.argv) == 3 and sys.argv[1] == '--queue':
     print(json.dumps(matrix_report(claimed_methods(
         pathlib.Path(sys.argv[2]).parent / 'heterogeneity_matrix_claims'))))
+  else:
+    sys.exit(f'usage: {sys.argv[0]} [--markdown | --record | --queue SCRATCH]')
