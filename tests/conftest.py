@@ -56,5 +56,15 @@ def pytest_xdist_node_collection_finished(node, ids):
         node.config._tmp_path_factory.getbasetemp(), ids)
 
 
+def pytest_collection_modifyitems(items):
+  """The tests that read a child's report run last, the others in their
+  order. An xdist worker waiting on a child holds the tests it was sent
+  after that one (the load scheduler sends them in chunks and takes none
+  back), and would run them alone once the child is done, the other core
+  idle; last, the workers wait on the children together, which then have
+  both cores."""
+  items.sort(key=lambda item: script_utils.reads_a_child(item.fixturenames))
+
+
 def pytest_sessionfinish(session):
   script_utils.stop_children(_children or [])
