@@ -11,7 +11,8 @@ pinned is computed in a child process at default flags, and what is compared
 bit for bit across two programs in one with XLA's fusion emitters
 (`script_utils.CHILDREN`: the pinned hashes, the mask-table identity). Under
 xdist the controller starts those children as soon as the workers have
-collected their tests, so they run beside the tests.
+collected their tests, so they run beside the tests, and
+the tests that read them run last (`pytest_collection_modifyitems`).
 
 The persistent XLA compilation cache lives in `.pytest_cache/` (git-ignored;
 `JAX_COMPILATION_CACHE_DIR` chooses another directory): a
