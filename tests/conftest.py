@@ -11,7 +11,8 @@ pinned is computed in a child process at default flags, and what is compared
 bit for bit across two programs in one with XLA's fusion emitters
 (`script_utils.CHILDREN`: the pinned hashes, the mask-table identity). Under
 xdist the controller starts those children as soon as the workers have
-collected their tests, so they run beside the tests.
+collected their tests, so they run beside the tests, and
+the tests that read them run last (`pytest_collection_modifyitems`).
 
 The persistent XLA compilation cache lives in `.pytest_cache/` (git-ignored;
 `JAX_COMPILATION_CACHE_DIR` chooses another directory): a
@@ -54,6 +55,16 @@ def pytest_xdist_node_collection_finished(node, ids):
   if _children is None:
     _children = script_utils.start_children(
         node.config._tmp_path_factory.getbasetemp(), ids)
+
+
+def pytest_collection_modifyitems(items):
+  """The tests that read a child's report run last, the others in their
+  order. An xdist worker waiting on a child holds the tests it was sent
+  after that one (the load scheduler sends them in chunks and takes none
+  back), and would run them alone once the child is done, the other core
+  idle; last, the workers wait on the children together, which then have
+  both cores."""
+  items.sort(key=lambda item: script_utils.reads_a_child(item.fixturenames))
 
 
 def pytest_sessionfinish(session):

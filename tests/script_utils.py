@@ -104,6 +104,10 @@ class Child:
   `python tests/SCRIPT *ARGS SCRATCH_DIR` prints it as its last line of
   stdout.
 
+  fixture: the session fixture (`child_report`) through which the tests
+    read the report: a test session runs the tests using it last
+    (conftest.py).
+
   without_flags: the suite's cheap compile flags (`_CHEAP_COMPILE_FLAGS`)
     the child compiles without (`default_flags_env`): none (), or all of them
     (None) for results pinned at a user's flags.
@@ -113,6 +117,7 @@ class Child:
   """
   script: str
   test_file: str
+  fixture: str
   without_flags: tuple[str, ...] | None = ()
   cpu_devices: int = 0
   args: tuple[str, ...] = ()
@@ -134,23 +139,33 @@ class Child:
 
 CHILDREN = {
     'pinned_hashes': Child('test_pinned.py', 'test_pinned.py',
-                           without_flags=None),
+                           'default_flags_runs', without_flags=None),
     'mask_table_report': Child('test_engine.py', 'test_engine.py',
+                               'mask_table_report',
                                without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
-                                cpu_devices=4),
+                                'four_device_report', cpu_devices=4),
 }
-# The heterogeneity matrix's runs, in MATRIX_SHARDS children (each the
-# methods `sorted(ALGORITHMS)[i::MATRIX_SHARDS]`): its tests wait for all of
-# them, and one child alone would leave the other core idle meanwhile.
+# The heterogeneity matrix's runs, in MATRIX_SHARDS children side by side:
+# each takes the next method no child has taken yet (`python
+# test_heterogeneity_matrix.py --queue SCRATCH`, the queue in SCRATCH's
+# parent, the session's shared directory), so that the two finish together
+# whatever each method costs. Its tests wait for all of them, and one child
+# alone would leave the other core idle meanwhile.
 MATRIX_SHARDS = 2
 MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{i}'
                         for i in range(MATRIX_SHARDS))
 CHILDREN.update({
     name: Child('test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
-                without_flags=('xla_cpu_use_fusion_emitters',),
-                args=(f'--shard={i}/{MATRIX_SHARDS}',))
-    for i, name in enumerate(MATRIX_CHILDREN)})
+                'matrix', without_flags=('xla_cpu_use_fusion_emitters',),
+                args=('--queue',))
+    for name in MATRIX_CHILDREN})
+
+
+def reads_a_child(fixturenames) -> bool:
+  """Whether a test using `fixturenames` reads a child's report (one of
+  the `Child.fixture`s)."""
+  return any(child.fixture in fixturenames for child in CHILDREN.values())
 
 
 def _shared_report(shared: pathlib.Path, name: str, timeout=1800) -> dict:

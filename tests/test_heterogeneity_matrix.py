@@ -22,7 +22,8 @@ compared directly: ON must move some parameter by more than float rounding
 
 The runs are in-process (`run.build_experiment` and the run's `RoundRunner`,
 no workdir), all of them in child processes, once per session (`matrix`,
-`script_utils.MATRIX_CHILDREN`: the methods in shards run side by side),
+`script_utils.MATRIX_CHILDREN`: side by side, each taking the next method
+from one queue, `claimed_methods`),
 compiled with XLA:CPU's fusion emitters: bit for bit across two programs
 holds at a user's flags, not always at the suite's elemental emitters
 (HeteroFL's neutral q, T and clock move 1 ulp there).
@@ -61,7 +62,7 @@ from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from engine_utils import TINY_VIT
 from script_utils import (MATRIX_CHILDREN, add_test_flags, child_report,
-                          run_child)
+                          reads_a_child, run_child)
 from test_pinned import codegen_host, params_hash
 from test_scoped_config import PARTS, configured
 
@@ -356,38 +357,66 @@ def pinned_runs(methods) -> dict:
           for name, run in runs.items()}
 
 
-def matrix_report(methods=tuple(sorted(ALGORITHMS))) -> dict:
-  """The report of `methods`' runs: 'on' {'method|kind': on_report} of
+def method_report(algorithm: str) -> dict:
+  """The report of `algorithm`'s runs: 'on' {'method|kind': on_report} of
   every accepted cell, 'neutral' {'method|kind': neutral_report} of those
   with a neutral setting other than the defaults, 'pins' (`pinned_runs`),
-  'cpu_seconds' per method."""
-  cells = accepted_cells(methods)
-  report = {
+  'cpu_seconds' {method: CPU seconds of its runs}."""
+  cells = accepted_cells((algorithm,))
+  return {
       'on': {f'{a}|{k}': on_report(a, k) for a, k in cells},
       'neutral': {f'{a}|{k}': neutral_report(a, k) for a, k in cells
                   if NEUTRAL[k] is not None},
-      'pins': pinned_runs(methods)}
-  report['cpu_seconds'] = dict(CPU_SECONDS)
-  return report
+      'pins': pinned_runs((algorithm,)),
+      'cpu_seconds': {algorithm: CPU_SECONDS[algorithm]}}
 
 
-def shard_methods(argument: str) -> tuple[str, ...]:
-  """The methods of the child's shard '--shard=i/n': sorted(ALGORITHMS)[i::n]."""
-  i, n = map(int, argument.removeprefix('--shard=').split('/'))
-  return tuple(sorted(ALGORITHMS)[i::n])
+def matrix_report(methods=tuple(sorted(ALGORITHMS))) -> dict:
+  """The reports of `methods` (an iterable, read once), merged."""
+  return merged([method_report(algorithm) for algorithm in methods])
+
+
+def costliest_first() -> list[str]:
+  """The methods, the costliest first, so that the cheap ones even out the
+  children's ends: by model (a ViT method's runs took 42-85 s of CPU, the
+  split LeNet-5's 4-39 s, the MLPs' 17-49 s), then by the number of cells
+  they run."""
+  model_cost = {'vit': 0, 'split_lenet5': 1}
+  return sorted(ALGORITHMS, key=lambda algorithm: (
+      model_cost.get(tiny_config(algorithm).model, 2),
+      -len(accepted_cells((algorithm,))), algorithm))
+
+
+def claimed_methods(claims: pathlib.Path):
+  """Yields the methods of `costliest_first()` that this process claims, one
+  at a time, each once its predecessor has run: a method is claimed by
+  creating the file `claims/method`, which fails where another child of
+  the session created it first."""
+  claims.mkdir(exist_ok=True)
+  for algorithm in costliest_first():
+    try:
+      os.close(os.open(claims / algorithm, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+      continue
+    yield algorithm
+
+
+REPORT_KEYS = ('on', 'neutral', 'pins', 'cpu_seconds')
 
 
 def merged(reports) -> dict:
-  """The shards' reports as one (each of their dicts joined)."""
+  """The reports (`method_report`s, children's) as one, each of their
+  dicts joined."""
   return {key: {k: v for report in reports for k, v in report[key].items()}
-          for key in reports[0]}
+          for key in REPORT_KEYS}
 
 
 @pytest.fixture(scope='session')
 def matrix(tmp_path_factory, worker_id):
   """`matrix_report()` compiled with XLA:CPU's fusion emitters (a user's
   default; LLVM level 0 as the suite): child processes (`python
-  test_heterogeneity_matrix.py --shard=i/n`, `script_utils.MATRIX_CHILDREN`),
+  test_heterogeneity_matrix.py --queue SCRATCH`,
+  `script_utils.MATRIX_CHILDREN`),
   once per session. The neutral settings are compared bit for bit across
   two programs, and under the suite's elemental emitters
   (`script_utils.test_xla_flags`) two programs may fuse differently:
@@ -420,9 +449,28 @@ def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
       f'{cell["difference"]:.2g}')
 
 
+def test_the_tests_reading_children_run_last(request):
+  """conftest.py orders the session: no test reading a child's report runs
+  before one that does not (their children have the cycles the others
+  leave until then)."""
+  reads = [reads_a_child(item.fixturenames) for item in request.session.items]
+  assert reads == sorted(reads)
+
+
 def test_every_kind_is_accepted_by_some_method():
   """The matrix runs something in every column."""
   assert {kind for _, kind in accepted_cells()} == set(PARTS)
+
+
+def test_the_children_claim_every_method_once(tmp_path):
+  """Two children taking turns on one queue run every method, each method
+  in one of them, the costliest first."""
+  first, second = claimed_methods(tmp_path), claimed_methods(tmp_path)
+  taken = [next(first), next(second), next(second), next(first)]
+  taken += list(first) + list(second)   # first takes the rest
+  assert taken == costliest_first() and len(set(taken)) == len(ALGORITHMS)
+  assert tiny_config(taken[0]).model == 'vit'
+  assert tiny_config(taken[-1]).model == 'mlp'
 
 
 # ---- pins: the matrix's runs held across engine refactors ------------------
@@ -605,13 +653,17 @@ def markdown_matrix() -> str:
 
 
 if __name__ == '__main__':
-  # As a child of `matrix` (--shard=i/n SCRATCH, `script_utils.CHILDREN`):
-  # its shard's report as JSON on the last line. With --markdown, the whole
+  # As a child of `matrix` (--queue SCRATCH, `script_utils.CHILDREN`): the
+  # report of the methods it claims from the session's queue beside SCRATCH
+  # (`claimed_methods`) as JSON on the last line. With --markdown, the whole
   # matrix as a table; with --record, the pins this host adds
   # (`record_pins`).
   if sys.argv[1:] == ['--markdown']:
     print(markdown_matrix())
   elif sys.argv[1:] == ['--record']:
     record_pins()
+  elif len(sys.argv) == 3 and sys.argv[1] == '--queue':
+    print(json.dumps(matrix_report(claimed_methods(
+        pathlib.Path(sys.argv[2]).parent / 'heterogeneity_matrix_claims'))))
   else:
-    print(json.dumps(matrix_report(shard_methods(sys.argv[1]))))
+    sys.exit(f'usage: {sys.argv[0]} [--markdown | --record | --queue SCRATCH]')
