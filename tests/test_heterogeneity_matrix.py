@@ -103,6 +103,10 @@ ON = {
     # three cells alone need not change FedAvg's model.
     'cells': {'hierarchy.num_cells': 3, 'hierarchy.edge_rounds': 2},
     'AirComp channel': {'hierarchy.edge_channel': 'aircomp', **_AIRCOMP},
+    # A clip norm far below the tiny runs' update norms, and noise.
+    'DP': {'dp.clip_norm': 1e-3, 'dp.noise_multiplier': 1.0},
+    # 8 bits over ±1: a step of 2^−7, far above float32 rounding.
+    'secure aggregation': {'secagg.bits': 8, 'secagg.clip_range': 1.0},
 }
 
 # The neutral setting of each kind, set to values other than the defaults
@@ -130,6 +134,12 @@ NEUTRAL = {
     # OMA is the default; noiseless AirComp equals OMA to rounding only
     # (test_cells_part.test_noiseless_aircomp_equals_oma_and_...).
     'AirComp channel': None,
+    # No clipping (S = ∞) and no noise (σ = 0, the default): the part on,
+    # every update as it is.
+    'DP': {'dp.clip_norm': float('inf')},
+    # Enough bits equal the exact sum within the quantisation bound only,
+    # not bit for bit (test_secagg.test_neutral_setting_is_the_run_without_the_part_within_the_bound).
+    'secure aggregation': None,
 }
 assert set(ON) == set(NEUTRAL) == set(PARTS)
 # The ViT methods' equal work is every client's E = cos2p.epochs (1) epochs,
@@ -250,9 +260,9 @@ def neutral_kinds(algorithm: str, kind: str) -> tuple[str, ...]:
                k not in NEUTRAL_ALONE and accepted(algorithm, k))
 
 
-# Availability runs its neutral setting alone: the virtual clock refuses it
-# (it dispatches every idle client), so it cannot share the clock's run.
-NEUTRAL_ALONE = ('availability',)
+# DP runs its neutral setting alone: the virtual clock refuses it, so it
+# cannot share the clock's run.
+NEUTRAL_ALONE = ('DP',)
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,7 +32,9 @@ PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
          'Markov links': ('systems', 'model', 'markov'),
          'virtual clock': ('clock', 'mu', 0.25),
          'cells': ('hierarchy', 'num_cells', 3),
-         'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp')}
+         'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp'),
+         'DP': ('dp', 'clip_norm', 1.0),
+         'secure aggregation': ('secagg', 'bits', 16)}
 
 
 @pytest.mark.parametrize('part', PARTS)
