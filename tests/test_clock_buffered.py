@@ -38,8 +38,11 @@ def build(config):
 
 
 def clock_config(name, num_clients, rounds, **clock):
+  """A tiny run on the clock: clients_per_round = K in buffered mode (a
+  server step's slots), N otherwise."""
   config = tiny_config(algorithm=name, num_clients=num_clients,
-                       clients_per_round=num_clients, rounds=rounds)
+                       clients_per_round=clock.get('buffer_size') or
+                       num_clients, rounds=rounds)
   if name == 'fedrolex':
     config.capacities = (0.5, 1.0)
   config.clock.update(clock)
@@ -48,16 +51,25 @@ def clock_config(name, num_clients, rounds, **clock):
 
 @pytest.mark.parametrize('name', ['fedavg', 'fedrolex'])
 def test_c_equal_k_equal_n_is_todays_clock_bit_for_bit(name):
-  """C = K = N with the constant weight: the same round inputs and the same
-  final params as Alg. 1 at μ = 1 (unequal jittered round times)."""
+  """C = K = N with the constant weight: the same round inputs (slot n is
+  client n; the step's totals in slot 0) and the same final params as
+  Alg. 1 at μ = 1 (unequal jittered round times), from a version table of
+  τ_max + 1 = 1 rows instead of N."""
   clock = dict(client_seconds=(1.0, 1.5, 2.5), jitter=0.3)
   alg1, state, data = build(clock_config(name, 3, 3, **clock))
   buffered_, state_b, _ = build(clock_config(name, 3, 3, buffer_size=3,
-                                             concurrency=3, **clock))
+                                             concurrency=3, tau_max=0,
+                                             **clock))
   expected = alg1.round_inputs(0, 3)['clock']
   got = buffered_.round_inputs(0, 3)['clock']
-  for key, value in expected.items():
-    np.testing.assert_array_equal(got[key], value, err_msg=key)
+  np.testing.assert_array_equal(got['client_id'], [[0, 1, 2]] * 3)
+  for key in ('arrives', 'staleness', 'dispatch_round', 'window_seconds'):
+    np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+  for key in ('busy_seconds', 'dropped', 'lost'):
+    np.testing.assert_allclose(got[key][:, 0], expected[key].sum(1),
+                               rtol=1e-6, err_msg=key)
+    assert not got[key][:, 1:].any()
+  assert jax.tree.leaves(state_b.extras['start'])[0].shape[0] == 1
   a, _ = RoundRunner(alg1, 'map').run(state, data, 3)
   b, _ = RoundRunner(buffered_, 'map').run(state_b, data, 3)
   chex.assert_trees_all_equal(jax.device_get(a.params),
@@ -86,11 +98,12 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
   checkpoint after step 3 equals the uninterrupted run bit for bit."""
   algorithm, state, data = hand_run(monkeypatch)
   inputs = algorithm.round_inputs(0, 5)['clock']
+  for key in ('client_id', 'dispatch_round', 'arrives'):
+    assert inputs[key].shape == (5, 2), key   # K slots, not N
   for q, arriving in enumerate(HAND_ARRIVALS):
-    assert sorted(np.flatnonzero(inputs['arrives'][q])) == sorted(
-        n for n, _ in arriving)
-    for n, k in arriving:
-      assert inputs['dispatch_round'][q, n] == k
+    assert sorted(zip(inputs['client_id'][q], inputs['dispatch_round'][q])
+                  ) == sorted(arriving)
+  assert inputs['arrives'].all()
   expected = reference(algorithm, jax.device_get(state.params), state.key,
                        data, 'polynomial', 0.5, HAND_ARRIVALS, 'sum')
   runner = RoundRunner(algorithm, 'map')
@@ -105,9 +118,10 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
 
   part, _ = runner.run(copy, data, 3)
   table = jax.device_get(part.extras['start'])
-  for n, k in enumerate((2, 3, 3, 2, 0)):
-    chex.assert_trees_all_close(jax.tree.map(lambda t, n=n: t[n], table),
-                                expected[k], rtol=1e-5, atol=1e-6)
+  assert jax.tree.leaves(table)[0].shape[0] == 2   # τ_max + 1 versions
+  for row, version in ((0, 2), (1, 3)):             # row v mod 2 = w_v
+    chex.assert_trees_all_close(jax.tree.map(lambda t, r=row: t[r], table),
+                                expected[version], rtol=1e-5, atol=1e-6)
   part, _ = checkpoint_round_trip(str(tmp_path), 3, part, part)
   resumed, _ = runner.run(part, data, 2)
   chex.assert_trees_all_equal(jax.device_get(resumed.params),
@@ -137,7 +151,7 @@ def test_a_client_offline_mid_round_uploads_nothing(tmp_path):
   path = write_trace(tmp_path / 'trace.npz', (5000 / 36, 4000 / 36),
                      [[(0, 3)], [(0, 10)]], 10)
   config = clock_config('fedavg', 2, 3, buffer_size=1, concurrency=2,
-                        jitter=0.0, device_trace=path)
+                        tau_max=2, jitter=0.0, device_trace=path)
   algorithm, state, data = build(config)
   schedule = algorithm.parts['clock'].clock.schedule
   np.testing.assert_allclose(schedule.end_time, [4, 8, 12], rtol=1e-9)
@@ -159,7 +173,7 @@ def test_the_summary_reports_virtual_time_to_accuracy_and_wall_time(
   updates, the virtual time, and the first row reaching the target with
   its virtual seconds and wall time."""
   config = quick_config(rounds=4, target_accuracy=1e-6,
-                        clients_per_round=20)
+                        clients_per_round=5)
   config.clock.update(buffer_size=5, concurrency=8, tau_max=1,
                       staleness_weight='fedscale')
   summary = run.train(config, str(tmp_path))
@@ -182,13 +196,32 @@ def test_the_summary_reports_virtual_time_to_accuracy_and_wall_time(
     (dict(buffer_size=2, staleness_normalisation='sum'),
      'clock.staleness_normalisation = .sum. is read only with '
      'clock.staleness_weight polynomial, fedscale or hinge'),
-    (dict(buffer_size=4), r'clock.buffer_size = 4 exceeds num_clients = 3'),
-    (dict(buffer_size=2, device_trace='/nonexistent.npz'),
+    (dict(buffer_size=2, tau_max=-1), r'clock.buffer_size > 0 needs a '
+     r'staleness bound clock.tau_max ≥ 0'),
+    (dict(buffer_size=4, tau_max=1),
+     r'clock.buffer_size = 4 exceeds num_clients = 3'),
+    (dict(buffer_size=2, tau_max=1, device_trace='/nonexistent.npz'),
      'cannot read the traces file'),
 ])
 def test_bad_buffered_options_fail_in_one_line(clock, message):
   with pytest.raises(ConfigError, match=message) as raised:
     build(clock_config('fedavg', 3, 2, **clock))
+  assert '\n' not in str(raised.value)
+
+
+@pytest.mark.parametrize('buffer_size,cohort', [(2, 3), (0, 2)])
+def test_clients_per_round_must_be_the_slots(buffer_size, cohort):
+  """A server step's cohort is its K slots in buffered mode, every client
+  under Alg. 1; any other clients_per_round is refused in one line."""
+  config = clock_config('fedavg', 3, 2, jitter=0.1)
+  config.clients_per_round = cohort
+  if buffer_size:
+    config.clock.update(buffer_size=buffer_size, tau_max=1)
+  slots = f'clock.buffer_size \\({buffer_size}\\)' if buffer_size else (
+      r'num_clients \(3\)')
+  with pytest.raises(ConfigError, match=f'needs clients_per_round = {slots} '
+                     f'and uniform client_sampling, got {cohort}') as raised:
+    build(config)
   assert '\n' not in str(raised.value)
 
 
@@ -205,7 +238,8 @@ def test_what_a_device_trace_does_not_combine_with_is_refused(
   path = write_trace(tmp_path / 'trace.npz', (100.0,), [[(0, 5)]], 10)
   config = clock_config('fedavg', 3, 2, device_trace=path, jitter=0.0)
   if buffered_mode:
-    config.clock.update(buffer_size=2)
+    config.clock.update(buffer_size=2, tau_max=1)
+    config.clients_per_round = 2
   if extra == 'availability':
     config.systems.update(availability='bernoulli', available_p=(0.5,))
   else:
