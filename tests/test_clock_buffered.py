@@ -92,10 +92,12 @@ def hand_run(monkeypatch):
 
 def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
     monkeypatch, tmp_path):
-  """Params after 5 server steps equal the arrivals applied by hand; the
-  start table after 3 steps holds each client's dispatch model (0 and 3:
-  w_2, 1 and 2: w_3, 4 never dispatched: w_0); a run resumed from a
-  checkpoint after step 3 equals the uninterrupted run bit for bit."""
+  """Each step's K = 2 slots hold its arrivals (client, version); params
+  after 5 server steps equal the arrivals applied by hand; after 3 steps
+  the version table has τ_max + 1 = 2 rows, row v mod 2 = w_v (w_2, w_3:
+  the models clients 0 and 3, and 1 and 2, were dispatched with); a run resumed from a
+  checkpoint after step 3 (its version table read from the file; step 3's
+  arrivals train from w_2) equals the uninterrupted run bit for bit."""
   algorithm, state, data = hand_run(monkeypatch)
   inputs = algorithm.round_inputs(0, 5)['clock']
   for key in ('client_id', 'dispatch_round', 'arrives'):
@@ -108,6 +110,7 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
                        data, 'polynomial', 0.5, HAND_ARRIVALS, 'sum')
   runner = RoundRunner(algorithm, 'map')
   copy = jax.tree.map(jnp.copy, state)   # the runner donates its state
+  fresh = jax.tree.map(jnp.copy, state)  # version table: every row w_0
   whole, metrics = runner.run(state, data, 5)
   chex.assert_trees_all_close(jax.device_get(whole.params), expected[5],
                               rtol=1e-5, atol=1e-6)
@@ -122,7 +125,9 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
   for row, version in ((0, 2), (1, 3)):             # row v mod 2 = w_v
     chex.assert_trees_all_close(jax.tree.map(lambda t, r=row: t[r], table),
                                 expected[version], rtol=1e-5, atol=1e-6)
-  part, _ = checkpoint_round_trip(str(tmp_path), 3, part, part)
+  # Read back onto a round-0 state: the version table comes from the file.
+  part, _ = checkpoint_round_trip(str(tmp_path), 3, part, fresh)
+  chex.assert_trees_all_equal(jax.device_get(part.extras['start']), table)
   resumed, _ = runner.run(part, data, 2)
   chex.assert_trees_all_equal(jax.device_get(resumed.params),
                               jax.device_get(whole.params))

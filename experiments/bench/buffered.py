@@ -1,7 +1,7 @@
-"""Buffered-async FedAvg (FedBuff, K slots a server step) against a synchronous round; 10,000 clients.
+"""Buffered-async FedAvg (K slots a server step) against a synchronous round; 10,000 clients.
 
-Command:  python experiments/bench/buffered.py [--repeats 3] [--calls 5] [--clients 10000]
-            [--cpu-devices 1]
+Command:  PYTHONPATH=. python experiments/bench/buffered.py [--repeats 3] [--calls 5]
+            [--clients 10000] [--cpu-devices 1]
 
 1. Speed (issue 36's goal: ≤ 1.2×): W-MLP's federation (1,000 clients, 50 examples each, MLP
    200-200, 5 local steps of batch 10, `bench.WORKLOADS`), synchronous FedAvg with
@@ -14,8 +14,8 @@ Command:  python experiments/bench/buffered.py [--repeats 3] [--calls 5] [--clie
    call), and the memory the clock adds per client: host bytes of the simulated schedule (the
    [Q, N] arrays of `systems.clock.Schedule`, Q = the steps simulated) and of one call's round
    inputs ([1, K] leaves), and device bytes of the server state (params, optimiser state and
-   the version table of τ_max + 1 models), none of which has a per-client row; the federated
-   data on the device is reported beside them.
+   the version table of τ_max + 1 models), which has no per-client row; the federated data on
+   the device and the process's peak memory are reported beside them.
 Prints, asserts nothing.
 """
 import argparse
@@ -85,10 +85,12 @@ def scale(num_clients: int, calls: int) -> None:
         f'{host / num_clients / config.rounds:.1f} B per client per step simulated')
   print(f'  round inputs of a step: {inputs} B ([1, K] leaves, none per client)')
   print(f'  device server state: {device / 1e6:.3f} MB (params, optimiser state, the version '
-        f'table of {config.clock.tau_max + 1} models) = {device / num_clients:.1f} B per client; '
-        f'version table {tree_bytes(state.extras["start"]) / 1e6:.3f} MB')
+        f'table of {config.clock.tau_max + 1} models: '
+        f'{tree_bytes(state.extras["start"]) / 1e6:.3f} MB), no row per client')
   print(f'  device data: {tree_bytes(data) / 1e6:.1f} MB = '
         f'{tree_bytes(data) / num_clients:.0f} B per client (the federation itself)')
+  peak, where = bench.peak_memory()
+  print(f'  peak {where}: {peak / 1e6:.0f} MB (the whole process, both parts)')
 
 
 def main():

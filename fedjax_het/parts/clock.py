@@ -123,8 +123,8 @@ class ClockOptions(OptionGroup):
   key = 'clock'
   mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates (1/N with t_clk = 0: fully asynchronous)', check=in_range(0, 1, closed_low=False))
   t_clk: float = option(0.0, 'T_clk: seconds the server keeps accepting after ⌈μN⌉ arrivals', check=non_negative)
-  tau_max: int = option(-1, 'drop updates staler than τ_max rounds, or server steps in buffered mode (−1: never)', check=in_range(-1, math.inf))
-  buffer_size: int = option(0, 'K: buffered asynchronous mode (FedBuff): the server steps on every K arriving updates (0: off, Alg. 1 rounds)', check=in_range(0, math.inf))
+  tau_max: int = option(-1, 'drop updates staler than τ_max rounds, or server steps in buffered mode (−1: never; buffered mode needs ≥ 0, its version table holds τ_max + 1 models)', check=in_range(-1, math.inf))
+  buffer_size: int = option(0, 'K: buffered asynchronous mode (FedBuff): the server steps on every K arriving updates, a round of K slots (clients_per_round = K) (0: off, Alg. 1 rounds)', check=in_range(0, math.inf))
   concurrency: int = option(0, 'C: clients in flight in buffered mode, a finished one replaced by a uniformly sampled idle one (0: every client)', check=in_range(0, math.inf))
   device_trace: str = option('', "a .npz of `fedjax-het traces` (FedScale's device files): round times from the devices' compute and bandwidth, and, with the behaviour trace, who is online (buffered mode); empty: off")
   client_seconds: tuple = option((), "fixed seconds of a client round, one value for every client or one per client; empty: the method's own cost model (local_steps seconds for FedAvg-like methods, equal work; the analytic ViT model for the ViT methods), times the jitter", check=each(positive))
