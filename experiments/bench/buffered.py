@@ -1,6 +1,6 @@
 """Buffered-async FedAvg (K slots a server step) against a synchronous round; 10,000 clients.
 
-Command:  PYTHONPATH=. python experiments/bench/buffered.py [--repeats 3] [--calls 5]
+Command:  python experiments/bench/buffered.py [--repeats 3] [--calls 5]
             [--clients 10000] [--cpu-devices 1]
 
 1. Speed (issue 36's goal: ≤ 1.2×): W-MLP's federation (1,000 clients, 50 examples each, MLP
