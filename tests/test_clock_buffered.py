@@ -20,7 +20,9 @@ from fedjax_het import models, run
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
+from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import buffered, traces
+from fedjax_het.systems import clock as clock_lib
 from test_buffered import HAND, LowestFirst, _availability
 from test_clock_part import reference
 from test_run import quick_config
@@ -252,3 +254,30 @@ def test_what_a_device_trace_does_not_combine_with_is_refused(
   with pytest.raises(ConfigError, match=message) as raised:
     build(config)
   assert '\n' not in str(raised.value)
+
+
+def test_slot_inputs_lay_each_steps_arrivals_on_its_slots():
+  """`slot_inputs` of an Alg. 1 schedule (fixed times 1, 2, 4 s, μ = 1/3:
+  rounds 0–3 take clients {0}, {0, 1 (τ = 1)}, {0}, {0, 1, 2}): slot j
+  holds the j-th arriving client in client order, its staleness and
+  dispatch round as `schedule_inputs` has them; a round of fewer arrivals
+  than slots leaves an idle slot of a non-arriving client; busy seconds sum
+  to the round's over the slots (slot 0 holds them); a round of more
+  arrivals than slots is refused."""
+  schedule = clock_lib.simulate(
+      clock_lib.fixed_durations([[1.0] * 4, [2.0] * 4, [4.0] * 4]),
+      num_clients=3, rounds=4, mu=1 / 3, t_clk=0.0)
+  by_client = clock_part.schedule_inputs(schedule, 0, 3)
+  slots = clock_part.slot_inputs(schedule, 0, 3, 2)
+  np.testing.assert_array_equal(slots['client_id'], [[0, 1], [0, 1], [0, 1]])
+  np.testing.assert_array_equal(slots['arrives'],
+                                [[True, False], [True, True], [True, False]])
+  np.testing.assert_array_equal(slots['staleness'], [[0, 0], [0, 1], [0, 0]])
+  np.testing.assert_array_equal(slots['dispatch_round'],
+                                [[0, 0], [1, 0], [2, 0]])
+  np.testing.assert_allclose(slots['busy_seconds'][:, 0],
+                             by_client['busy_seconds'].sum(1), rtol=1e-6)
+  assert (slots['busy_seconds'][:, 1] == 0).all()
+  with pytest.raises(ConfigError, match='has 3 arrivals, more than its 2 '
+                     'slots'):
+    clock_part.slot_inputs(schedule, 0, 4, 2)

@@ -376,8 +376,8 @@ def slot_inputs(schedule: clock.Schedule, first: int, count: int,
   `schedule_inputs` (where fewer than S arrive, the remaining slots hold
   clients that do not arrive: idle); the step's totals 'busy_seconds',
   'dropped' and 'lost' sit in slot 0, zeros elsewhere (their sum over the
-  slots, `round_metrics`', is the step's). With S = N every client has its
-  slot: slot n is client n, as in `schedule_inputs`."""
+  slots, `round_metrics`', is the step's). With S = K = N every client
+  arrives in every step: slot n is client n, as in `schedule_inputs`."""
   by_client = schedule_inputs(schedule, first, count, lost)
   arrives = by_client['arrives']
   most = int(arrives.sum(1).max())
