@@ -140,6 +140,11 @@ class ClockOptions(OptionGroup):
     """FedBuff's buffered asynchronous mode (`systems.buffered`)."""
     return self.buffer_size > 0
 
+  def slots(self, num_clients: int) -> int:
+    """S, the slots of a compiled round: N (Alg. 1 dispatches every idle
+    client), or K in buffered mode (a server step takes K arrivals)."""
+    return self.buffer_size or num_clients
+
   def validate(self) -> None:
     finite('clock.t_clk', self.t_clk)
     self.refuse_unread()
@@ -321,9 +326,8 @@ class VirtualClock:
 
   @property
   def slots(self) -> int:
-    """S, the slots of a compiled round: N (Alg. 1 dispatches every idle
-    client), or K in buffered mode (a server step takes K arrivals)."""
-    return self.options.buffer_size or self.num_clients
+    """S, the slots of a compiled round (`ClockOptions.slots`)."""
+    return self.options.slots(self.num_clients)
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     """`schedule_inputs` (Alg. 1), or `slot_inputs` in buffered mode."""
@@ -613,7 +617,7 @@ class OnClock(parts.Part):
     refuse_equal_times(options, default_equal=method.round_times_equal_work)
     num_clients = int(data.counts.shape[0])
     check_buffered(method, options, num_clients)
-    slots = options.buffer_size or num_clients
+    slots = options.slots(num_clients)
     if (config.clients_per_round != slots or
         config.client_sampling != 'uniform'):
       why, size = (('a server step has a slot per arrival', 'clock.buffer_size')
