@@ -1,20 +1,20 @@
-"""FedAvg, FIARSE and HeteroFL, synchronous vs buffered-async, at equal virtual time on device traces.
+"""FedAvg, FIARSE and HeteroFL, synchronous vs buffered-async at equal virtual time on a trace.
 
 Command:   python experiments/fedbuff/compare.py [--seeds 0,1,2] [--sync-rounds 15]
              [--out /tmp/fedbuff_compare]
 Setting:   40 synthetic clients (noise 3, Dirichlet 0.5; seed-dependent data, init and sampling),
            an MLP 64, 5 local steps of batch 10, lr 0.05; FIARSE and HeteroFL with capacities
            (0.25, 0.5, 1) (HeteroFL without its scaler, which diverges on an MLP). Round times come
-           from a synthetic device-capacity file written in FedScale's format (`traces.write_capacity`,
-           40 devices, ms per sample log-normal with median 20 ms and σ = 1: a long tail of slow
-           devices; 10 Mbit/s links) and converted by `fedjax-het traces`, the same file for every
-           run. Synchronous: the clock's Alg. 1 at μ = 1 (every client a round, the round waits for
-           the slowest), `--sync-rounds` rounds; its virtual time T (per seed) is the budget.
-           Buffered-async: FedBuff's clock, K = 10 a server step, C = 20 in flight, τ_max = 5,
-           1/√(1 + τ) over the buffer's sum (FedScale's), as many server steps as end by T
-           (read from the simulated schedule). Prints, per method and mode, the final test
-           accuracy over the seeds (mean, sd and min..max), the virtual time and the updates
-           aggregated; asserts nothing.
+           from a synthetic device-capacity file written in FedScale's format
+           (`traces.write_capacity`, 40 devices, ms per sample log-normal with median 20 ms and
+           σ = 1: a long tail of slow devices; 10 Mbit/s links) and converted by `fedjax-het
+           traces`, the same file for every run. Synchronous: the clock's Alg. 1 at μ = 1 (every
+           client a round, the round waits for the slowest), `--sync-rounds` rounds; its virtual
+           time T (per seed) is the budget. Buffered-async: FedBuff's clock, K = 10 a server
+           step, C = 20 in flight, τ_max = 5, 1/√(1 + τ) over the buffer's sum (FedScale's), as
+           many server steps as end by T (read from the simulated schedule). Prints, per method
+           and mode, the final test accuracy over the seeds (mean, sd and min..max), the virtual
+           time and the updates aggregated; asserts nothing.
 """
 import argparse
 import os
