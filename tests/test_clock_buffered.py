@@ -20,7 +20,9 @@ from fedjax_het import models, run
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
+from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import buffered, traces
+from fedjax_het.systems import clock as clock_lib
 from test_buffered import HAND, LowestFirst, _availability
 from test_clock_part import reference
 from test_run import quick_config
@@ -38,8 +40,11 @@ def build(config):
 
 
 def clock_config(name, num_clients, rounds, **clock):
+  """A tiny run on the clock: clients_per_round = K in buffered mode (a
+  server step's slots), N otherwise."""
   config = tiny_config(algorithm=name, num_clients=num_clients,
-                       clients_per_round=num_clients, rounds=rounds)
+                       clients_per_round=clock.get('buffer_size') or
+                       num_clients, rounds=rounds)
   if name == 'fedrolex':
     config.capacities = (0.5, 1.0)
   config.clock.update(clock)
@@ -48,16 +53,25 @@ def clock_config(name, num_clients, rounds, **clock):
 
 @pytest.mark.parametrize('name', ['fedavg', 'fedrolex'])
 def test_c_equal_k_equal_n_is_todays_clock_bit_for_bit(name):
-  """C = K = N with the constant weight: the same round inputs and the same
-  final params as Alg. 1 at μ = 1 (unequal jittered round times)."""
+  """C = K = N with the constant weight: the same round inputs (slot n is
+  client n; the step's totals in slot 0) and the same final params as
+  Alg. 1 at μ = 1 (unequal jittered round times), from a version table of
+  τ_max + 1 = 1 rows instead of N."""
   clock = dict(client_seconds=(1.0, 1.5, 2.5), jitter=0.3)
   alg1, state, data = build(clock_config(name, 3, 3, **clock))
   buffered_, state_b, _ = build(clock_config(name, 3, 3, buffer_size=3,
-                                             concurrency=3, **clock))
+                                             concurrency=3, tau_max=0,
+                                             **clock))
   expected = alg1.round_inputs(0, 3)['clock']
   got = buffered_.round_inputs(0, 3)['clock']
-  for key, value in expected.items():
-    np.testing.assert_array_equal(got[key], value, err_msg=key)
+  np.testing.assert_array_equal(got['client_id'], [[0, 1, 2]] * 3)
+  for key in ('arrives', 'staleness', 'dispatch_round', 'window_seconds'):
+    np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+  for key in ('busy_seconds', 'dropped', 'lost'):
+    np.testing.assert_allclose(got[key][:, 0], expected[key].sum(1),
+                               rtol=1e-6, err_msg=key)
+    assert not got[key][:, 1:].any()
+  assert jax.tree.leaves(state_b.extras['start'])[0].shape[0] == 1
   a, _ = RoundRunner(alg1, 'map').run(state, data, 3)
   b, _ = RoundRunner(buffered_, 'map').run(state_b, data, 3)
   chex.assert_trees_all_equal(jax.device_get(a.params),
@@ -80,21 +94,25 @@ def hand_run(monkeypatch):
 
 def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
     monkeypatch, tmp_path):
-  """Params after 5 server steps equal the arrivals applied by hand; the
-  start table after 3 steps holds each client's dispatch model (0 and 3:
-  w_2, 1 and 2: w_3, 4 never dispatched: w_0); a run resumed from a
-  checkpoint after step 3 equals the uninterrupted run bit for bit."""
+  """Each step's K = 2 slots hold its arrivals (client, version); params
+  after 5 server steps equal the arrivals applied by hand; after 3 steps
+  the version table has τ_max + 1 = 2 rows, row v mod 2 = w_v (w_2, w_3:
+  the models clients 0 and 3, and 1 and 2, were dispatched with); a run resumed from a
+  checkpoint after step 3 (its version table read from the file; step 3's
+  arrivals train from w_2) equals the uninterrupted run bit for bit."""
   algorithm, state, data = hand_run(monkeypatch)
   inputs = algorithm.round_inputs(0, 5)['clock']
+  for key in ('client_id', 'dispatch_round', 'arrives'):
+    assert inputs[key].shape == (5, 2), key   # K slots, not N
   for q, arriving in enumerate(HAND_ARRIVALS):
-    assert sorted(np.flatnonzero(inputs['arrives'][q])) == sorted(
-        n for n, _ in arriving)
-    for n, k in arriving:
-      assert inputs['dispatch_round'][q, n] == k
+    assert sorted(zip(inputs['client_id'][q], inputs['dispatch_round'][q])
+                  ) == sorted(arriving)
+  assert inputs['arrives'].all()
   expected = reference(algorithm, jax.device_get(state.params), state.key,
                        data, 'polynomial', 0.5, HAND_ARRIVALS, 'sum')
   runner = RoundRunner(algorithm, 'map')
   copy = jax.tree.map(jnp.copy, state)   # the runner donates its state
+  fresh = jax.tree.map(jnp.copy, state)  # version table: every row w_0
   whole, metrics = runner.run(state, data, 5)
   chex.assert_trees_all_close(jax.device_get(whole.params), expected[5],
                               rtol=1e-5, atol=1e-6)
@@ -105,10 +123,13 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
 
   part, _ = runner.run(copy, data, 3)
   table = jax.device_get(part.extras['start'])
-  for n, k in enumerate((2, 3, 3, 2, 0)):
-    chex.assert_trees_all_close(jax.tree.map(lambda t, n=n: t[n], table),
-                                expected[k], rtol=1e-5, atol=1e-6)
-  part, _ = checkpoint_round_trip(str(tmp_path), 3, part, part)
+  assert jax.tree.leaves(table)[0].shape[0] == 2   # τ_max + 1 versions
+  for row, version in ((0, 2), (1, 3)):             # row v mod 2 = w_v
+    chex.assert_trees_all_close(jax.tree.map(lambda t, r=row: t[r], table),
+                                expected[version], rtol=1e-5, atol=1e-6)
+  # Read back onto a round-0 state: the version table comes from the file.
+  part, _ = checkpoint_round_trip(str(tmp_path), 3, part, fresh)
+  chex.assert_trees_all_equal(jax.device_get(part.extras['start']), table)
   resumed, _ = runner.run(part, data, 2)
   chex.assert_trees_all_equal(jax.device_get(resumed.params),
                               jax.device_get(whole.params))
@@ -137,7 +158,7 @@ def test_a_client_offline_mid_round_uploads_nothing(tmp_path):
   path = write_trace(tmp_path / 'trace.npz', (5000 / 36, 4000 / 36),
                      [[(0, 3)], [(0, 10)]], 10)
   config = clock_config('fedavg', 2, 3, buffer_size=1, concurrency=2,
-                        jitter=0.0, device_trace=path)
+                        tau_max=2, jitter=0.0, device_trace=path)
   algorithm, state, data = build(config)
   schedule = algorithm.parts['clock'].clock.schedule
   np.testing.assert_allclose(schedule.end_time, [4, 8, 12], rtol=1e-9)
@@ -159,7 +180,7 @@ def test_the_summary_reports_virtual_time_to_accuracy_and_wall_time(
   updates, the virtual time, and the first row reaching the target with
   its virtual seconds and wall time."""
   config = quick_config(rounds=4, target_accuracy=1e-6,
-                        clients_per_round=20)
+                        clients_per_round=5)
   config.clock.update(buffer_size=5, concurrency=8, tau_max=1,
                       staleness_weight='fedscale')
   summary = run.train(config, str(tmp_path))
@@ -182,13 +203,32 @@ def test_the_summary_reports_virtual_time_to_accuracy_and_wall_time(
     (dict(buffer_size=2, staleness_normalisation='sum'),
      'clock.staleness_normalisation = .sum. is read only with '
      'clock.staleness_weight polynomial, fedscale or hinge'),
-    (dict(buffer_size=4), r'clock.buffer_size = 4 exceeds num_clients = 3'),
-    (dict(buffer_size=2, device_trace='/nonexistent.npz'),
+    (dict(buffer_size=2, tau_max=-1), r'clock.buffer_size > 0 needs a '
+     r'staleness bound clock.tau_max ≥ 0'),
+    (dict(buffer_size=4, tau_max=1),
+     r'clock.buffer_size = 4 exceeds num_clients = 3'),
+    (dict(buffer_size=2, tau_max=1, device_trace='/nonexistent.npz'),
      'cannot read the traces file'),
 ])
 def test_bad_buffered_options_fail_in_one_line(clock, message):
   with pytest.raises(ConfigError, match=message) as raised:
     build(clock_config('fedavg', 3, 2, **clock))
+  assert '\n' not in str(raised.value)
+
+
+@pytest.mark.parametrize('buffer_size,cohort', [(2, 3), (0, 2)])
+def test_clients_per_round_must_be_the_slots(buffer_size, cohort):
+  """A server step's cohort is its K slots in buffered mode, every client
+  under Alg. 1; any other clients_per_round is refused in one line."""
+  config = clock_config('fedavg', 3, 2, jitter=0.1)
+  config.clients_per_round = cohort
+  if buffer_size:
+    config.clock.update(buffer_size=buffer_size, tau_max=1)
+  slots = f'clock.buffer_size \\({buffer_size}\\)' if buffer_size else (
+      r'num_clients \(3\)')
+  with pytest.raises(ConfigError, match=f'needs clients_per_round = {slots} '
+                     f'and uniform client_sampling, got {cohort}') as raised:
+    build(config)
   assert '\n' not in str(raised.value)
 
 
@@ -205,7 +245,8 @@ def test_what_a_device_trace_does_not_combine_with_is_refused(
   path = write_trace(tmp_path / 'trace.npz', (100.0,), [[(0, 5)]], 10)
   config = clock_config('fedavg', 3, 2, device_trace=path, jitter=0.0)
   if buffered_mode:
-    config.clock.update(buffer_size=2)
+    config.clock.update(buffer_size=2, tau_max=1)
+    config.clients_per_round = 2
   if extra == 'availability':
     config.systems.update(availability='bernoulli', available_p=(0.5,))
   else:
@@ -213,3 +254,30 @@ def test_what_a_device_trace_does_not_combine_with_is_refused(
   with pytest.raises(ConfigError, match=message) as raised:
     build(config)
   assert '\n' not in str(raised.value)
+
+
+def test_slot_inputs_lay_each_steps_arrivals_on_its_slots():
+  """`slot_inputs` of an Alg. 1 schedule (fixed times 1, 2, 4 s, μ = 1/3:
+  rounds 0–3 take clients {0}, {0, 1 (τ = 1)}, {0}, {0, 1, 2}): slot j
+  holds the j-th arriving client in client order, its staleness and
+  dispatch round as `schedule_inputs` has them; a round of fewer arrivals
+  than slots leaves an idle slot of a non-arriving client; busy seconds sum
+  to the round's over the slots (slot 0 holds them); a round of more
+  arrivals than slots is refused."""
+  schedule = clock_lib.simulate(
+      clock_lib.fixed_durations([[1.0] * 4, [2.0] * 4, [4.0] * 4]),
+      num_clients=3, rounds=4, mu=1 / 3, t_clk=0.0)
+  by_client = clock_part.schedule_inputs(schedule, 0, 3)
+  slots = clock_part.slot_inputs(schedule, 0, 3, 2)
+  np.testing.assert_array_equal(slots['client_id'], [[0, 1], [0, 1], [0, 1]])
+  np.testing.assert_array_equal(slots['arrives'],
+                                [[True, False], [True, True], [True, False]])
+  np.testing.assert_array_equal(slots['staleness'], [[0, 0], [0, 1], [0, 0]])
+  np.testing.assert_array_equal(slots['dispatch_round'],
+                                [[0, 0], [1, 0], [2, 0]])
+  np.testing.assert_allclose(slots['busy_seconds'][:, 0],
+                             by_client['busy_seconds'].sum(1), rtol=1e-6)
+  assert (slots['busy_seconds'][:, 1] == 0).all()
+  with pytest.raises(ConfigError, match='has 3 arrivals, more than its 2 '
+                     'slots'):
+    clock_part.slot_inputs(schedule, 0, 4, 2)

@@ -8,9 +8,9 @@ Setting:   FedScale's FedBuff FEMNIST benchmark (its repository's benchmark conf
            staleness bound τ_max = 5, weight 1/√(1 + τ) normalised by the buffer's sum
            (clock.staleness_weight='fedscale', staleness_normalisation='sum'), on the natural
            F-EMNIST-62 reader with natural_setup.femnist's model and local training (TFF's CNN,
-           B 20, 10 local steps); every writer has a slot (clients_per_round = num_clients), a
-           round is a server step. With clock.device_trace=FILE.npz (fedjax-het traces) the round
-           times and who is online come from FedScale's device files.
+           B 20, 10 local steps); a round is a server step of K slots (clients_per_round = K).
+           With clock.device_trace=FILE.npz (fedjax-het traces) the round times and who is
+           online come from FedScale's device files.
 CPU-sized: experiments/fedbuff/femnist_cpu.py, on synthetic data (README, "The buffered clock").
 """
 import os
@@ -24,8 +24,9 @@ from fedjax_het.config import base_config  # noqa: E402
 
 
 def fedbuff(config, *, buffer_size, concurrency):
-  """`config` on FedBuff's clock: K, C, τ_max = 5, 1/√(1 + τ) over the buffer's sum."""
-  config.clients_per_round = config.num_clients
+  """`config` on FedBuff's clock: K, C, τ_max = 5, 1/√(1 + τ) over the buffer's sum; a
+  server step's cohort is its K slots."""
+  config.clients_per_round = buffer_size
   config.clock.update(buffer_size=buffer_size, concurrency=concurrency, tau_max=5,
                       staleness_weight='fedscale', staleness_normalisation='sum')
   return config

@@ -40,11 +40,17 @@ Buffered mode (`clock.buffer_size` K > 0): FedBuff's clock
 (`systems.buffered.simulate`, seeded by `config.seed`) instead of Alg. 1:
 C = `clock.concurrency` clients in flight (0: N), each finished one
 replaced by a uniformly sampled eligible client, and a server step on every
-K arrivals; a "round" of the run is a server step, the schedule's row q.
-The compiled side reads that schedule as Alg. 1's: a client trains from the
-model of the version it was dispatched with (its start-table row, set when
-it is dispatched) and its arrival is weighed by its staleness. C = K = N
-with the constant weight is Alg. 1 at μ = 1, bit for bit. `mu` and `t_clk`
+K arrivals; a "round" of the run is a server step, the schedule's row q,
+compiled as K slots (clients_per_round = K), not N: slot j holds the step's
+j-th arriving client in client order (`slot_inputs`, leaves [count, K]).
+A client trains from the model of the version it was dispatched with, read
+from a version table of the last τ_max + 1 global models (row v mod
+(τ_max + 1) = w_v, `store_version`; an update staler than τ_max is dropped,
+so no older version is read), and its arrival is weighed by its staleness;
+nothing compiled is [N, ...] but the data. Buffered mode needs `tau_max`
+≥ 0 (the table's size; −1, never drop, is refused). C = K = N with the
+constant weight is Alg. 1 at μ = 1, bit for bit (K = N: slot n is client n,
+ordered as the sampler draws the cohort, Alg. 1's order). `mu` and `t_clk`
 are Alg. 1's and refused there; `tau_max` bounds the staleness in steps.
 
 Device traces (`clock.device_trace`, the .npz of `fedjax-het traces`): a
@@ -117,8 +123,8 @@ class ClockOptions(OptionGroup):
   key = 'clock'
   mu: float = option(1.0, 'μ: the server waits for ⌈μN⌉ updates (1/N with t_clk = 0: fully asynchronous)', check=in_range(0, 1, closed_low=False))
   t_clk: float = option(0.0, 'T_clk: seconds the server keeps accepting after ⌈μN⌉ arrivals', check=non_negative)
-  tau_max: int = option(-1, 'drop updates staler than τ_max rounds, or server steps in buffered mode (−1: never)', check=in_range(-1, math.inf))
-  buffer_size: int = option(0, 'K: buffered asynchronous mode (FedBuff): the server steps on every K arriving updates (0: off, Alg. 1 rounds)', check=in_range(0, math.inf))
+  tau_max: int = option(-1, 'drop updates staler than τ_max rounds, or server steps in buffered mode (−1: never; buffered mode needs ≥ 0, its version table holds τ_max + 1 models)', check=in_range(-1, math.inf))
+  buffer_size: int = option(0, 'K: buffered asynchronous mode (FedBuff): the server steps on every K arriving updates, a round of K slots (clients_per_round = K) (0: off, Alg. 1 rounds)', check=in_range(0, math.inf))
   concurrency: int = option(0, 'C: clients in flight in buffered mode, a finished one replaced by a uniformly sampled idle one (0: every client)', check=in_range(0, math.inf))
   device_trace: str = option('', "a .npz of `fedjax-het traces` (FedScale's device files): round times from the devices' compute and bandwidth, and, with the behaviour trace, who is online (buffered mode); empty: off")
   client_seconds: tuple = option((), "fixed seconds of a client round, one value for every client or one per client; empty: the method's own cost model (local_steps seconds for FedAvg-like methods, equal work; the analytic ViT model for the ViT methods), times the jitter", check=each(positive))
@@ -134,11 +140,21 @@ class ClockOptions(OptionGroup):
     """FedBuff's buffered asynchronous mode (`systems.buffered`)."""
     return self.buffer_size > 0
 
+  def slots(self, num_clients: int) -> int:
+    """S, the slots of a compiled round: N (Alg. 1 dispatches every idle
+    client), or K in buffered mode (a server step takes K arrivals)."""
+    return self.buffer_size or num_clients
+
   def validate(self) -> None:
     finite('clock.t_clk', self.t_clk)
     self.refuse_unread()
     refuse_equal_times(self, default_equal=False)
     if self.buffered:
+      if self.tau_max < 0:
+        raise ConfigError(
+            'clock.buffer_size > 0 needs a staleness bound clock.tau_max ≥ 0 '
+            '(the start models are a table of the last τ_max + 1 global '
+            "models; FedScale's FedBuff: 5), got -1 (never drop).")
       return
     # At μ = 1 every update arrives in its dispatch round (τ = 0); Eq. 4's
     # γ still weighs the arrivals by their deltas, the others act on τ only.
@@ -308,7 +324,15 @@ class VirtualClock:
     self._schedule = result.schedule
     return self._schedule
 
+  @property
+  def slots(self) -> int:
+    """S, the slots of a compiled round (`ClockOptions.slots`)."""
+    return self.options.slots(self.num_clients)
+
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
+    """`schedule_inputs` (Alg. 1), or `slot_inputs` in buffered mode."""
+    if self.options.buffered:
+      return slot_inputs(self.schedule, first, count, self.slots, self.lost)
     return schedule_inputs(self.schedule, first, count, self.lost)
 
   def summary_facts(self) -> dict:
@@ -346,6 +370,38 @@ def schedule_inputs(schedule: clock.Schedule, first: int, count: int,
           'redispatch': following}
 
 
+def slot_inputs(schedule: clock.Schedule, first: int, count: int,
+                slots: int, lost: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
+  """Server steps [first, first + count) of a buffered schedule as
+  compiled-round xs, leaves [count, S] (S = `slots`): slot j holds the
+  step's j-th arriving client in client order, 'client_id' with its
+  'arrives', 'staleness', 'dispatch_round' and 'window_seconds' of
+  `schedule_inputs` (where fewer than S arrive, the remaining slots hold
+  clients that do not arrive: idle); the step's totals 'busy_seconds',
+  'dropped' and 'lost' sit in slot 0, zeros elsewhere (their sum over the
+  slots, `round_metrics`', is the step's). With S = K = N every client
+  arrives in every step: slot n is client n, as in `schedule_inputs`."""
+  by_client = schedule_inputs(schedule, first, count, lost)
+  arrives = by_client['arrives']
+  most = int(arrives.sum(1).max())
+  if most > slots:
+    raise ConfigError(f'a server step of the schedule has {most} arrivals, '
+                      f'more than its {slots} slots.')
+  # Arriving clients first, each group in client order (a stable sort).
+  order = np.argsort(~arrives, axis=1, kind='stable')[:, :slots]
+  take = lambda x: np.take_along_axis(x, order, axis=1)
+  inputs = {key: take(by_client[key]) for key in
+            ('arrives', 'staleness', 'dispatch_round', 'window_seconds')}
+  inputs['client_id'] = order.astype(np.int32)
+  in_first = np.arange(slots) == 0
+  for key, dtype in (('busy_seconds', np.float32), ('dropped', np.int32),
+                     ('lost', np.int32)):
+    total = by_client[key].sum(1, dtype=np.float64)
+    inputs[key] = np.where(in_first, total[:, None], 0).astype(dtype)
+  return inputs
+
+
 def schedule_facts(schedule: clock.Schedule, rounds: int) -> dict:
   """summary.json's clock: virtual time, RU (Eq. 17, busy, time-weighted),
   the largest staleness, the updates dropped as staler than τ_max and each
@@ -371,10 +427,19 @@ def dispatch_key(key: jax.Array, dispatch_round: jax.Array,
   return jax.random.fold_in(jax.random.fold_in(clients_key, client), 0)
 
 
-def start_table(params: PyTree, num_clients: int) -> PyTree:
-  """The round-0 table, leaves [N, ...]: every client dispatched with w_0."""
-  return jax.tree.map(
-      lambda p: jnp.broadcast_to(p, (num_clients,) + p.shape), params)
+def start_table(params: PyTree, rows: int) -> PyTree:
+  """The round-0 table, leaves [rows, ...], every row w_0: rows = N (every
+  client dispatched with w_0) or τ_max + 1 (buffered mode's versions)."""
+  return jax.tree.map(lambda p: jnp.broadcast_to(p, (rows,) + p.shape), params)
+
+
+def store_version(table: PyTree, version: jax.Array, params: PyTree) -> PyTree:
+  """Buffered mode's version table (leaves [τ_max + 1, ...], row v mod
+  (τ_max + 1) = w_v) with `params` = w_version stored in its row: the
+  oldest version it overwrites, version − τ_max − 1, is staler than any
+  update that can still arrive."""
+  row = version % jax.tree.leaves(table)[0].shape[0]
+  return jax.tree.map(lambda t, p: t.at[row].set(p), table, params)
 
 
 def redispatch(table: PyTree, client_ids: jax.Array, again: jax.Array,
@@ -488,21 +553,24 @@ class OnClock(parts.Part):
   """The part: a method's rounds on the virtual clock (module docstring).
 
   It takes the round's plans over: slot j is client `cohort_ids(state)[j]`
-  (every client, in the order the sampler draws them), planned by the
+  (every client, in the order the sampler draws them; in buffered mode with
+  K < N the step's j-th arriving client, `slot_inputs`), planned by the
   method's `plan_clients` as in its dispatch round k (the state's round k,
-  its start-table row w_k and the key of round k, `dispatch_key`), its mask
+  its start model w_k and the key of round k, `dispatch_key`), its mask
   gathered from the table (slots differ in round), active when its update
-  arrives. A client starts from its start-table row; an arrival is weighed by
-  its staleness (`weigh_arrival`, on the parts of the model the method
-  averages, its `averaged_parts`); after the server step the rows of the
-  clients dispatched with w_{q+1} are set to it.
+  arrives. A client starts from its start-table row (row n of N under
+  Alg. 1, row k mod (τ_max + 1) of the version table in buffered mode); an
+  arrival is weighed by its staleness (`weigh_arrival`, on the parts of the
+  model the method averages, its `averaged_parts`); after the server step
+  the rows of the clients dispatched with w_{q+1} are set to it (Alg. 1),
+  or version q + 1's row (buffered mode).
 
   On for a method listing it when `config.clock` leaves its defaults, and
   always for a method defined on the clock (`always_on_clock`: the ViT
   methods, which refuse buffered mode and device traces: their engine plans
-  Alg. 1's rounds). Every client has a slot (Alg. 1 dispatches every idle
-  one, buffered mode any C of them), so the run needs clients_per_round =
-  num_clients and uniform sampling. A client's round
+  Alg. 1's rounds). The run needs uniform sampling and clients_per_round =
+  the slots: num_clients under Alg. 1 (every idle client is dispatched),
+  K in buffered mode. A client's round
   time is the method's round-time model (`round_durations`: one second per
   local step by default, the analytic ViT model for the ViT methods).
   Availability, where it is on, is hosted here: only the idle clients online
@@ -524,6 +592,14 @@ class OnClock(parts.Part):
     self.seed = seed
     self.start_table = start_table
 
+  @property
+  def table_rows(self) -> int:
+    """Rows of the start table: N (by client), or τ_max + 1 in buffered
+    mode (by version mod τ_max + 1)."""
+    if self.options.buffered:
+      return self.options.tau_max + 1
+    return self.num_clients
+
   @classmethod
   def check(cls, method, config):
     """Equal client times at μ < 1 refused (where the method's default round
@@ -541,14 +617,16 @@ class OnClock(parts.Part):
     refuse_equal_times(options, default_equal=method.round_times_equal_work)
     num_clients = int(data.counts.shape[0])
     check_buffered(method, options, num_clients)
-    if (config.clients_per_round != num_clients or
+    slots = options.slots(num_clients)
+    if (config.clients_per_round != slots or
         config.client_sampling != 'uniform'):
+      why, size = (('a server step has a slot per arrival', 'clock.buffer_size')
+                   if options.buffered else
+                   ('Alg. 1 dispatches every idle client', 'num_clients'))
       raise ConfigError(
-          f'on the virtual clock every client has a slot (Alg. 1 dispatches '
-          f'every idle one; buffered mode any C of them), so {method.name} '
-          f'needs clients_per_round = num_clients ({num_clients}) and uniform '
-          f'client_sampling, got {config.clients_per_round} and '
-          f'{config.client_sampling}.')
+          f'on the virtual clock {why}, so {method.name} needs '
+          f'clients_per_round = {size} ({slots}) and uniform client_sampling, '
+          f'got {config.clients_per_round} and {config.client_sampling}.')
     duration, availability = method.round_durations(), None
     if options.device_trace:
       duration, availability = trace_seconds(method, options, config, data)
@@ -581,22 +659,32 @@ class OnClock(parts.Part):
     return self.clock.summary_facts()
 
   def init_extras(self, params: PyTree, extras: PyTree) -> PyTree:
-    """'start': the start table, every row w_0 (none where the clients
-    train no weights, `trains_weights`)."""
+    """'start': the start table (`table_rows` rows), every row w_0 (none
+    where the clients train no weights, `trains_weights`)."""
     if not self.start_table:
       return extras
-    return {**(extras or {}), 'start': start_table(params, self.num_clients)}
+    return {**(extras or {}),
+            'start': start_table(params, self.table_rows)}
 
   def plan_round(self, method, state, inputs: dict):
     """The round's plans (class docstring); `inputs['clock']` is the round's
-    row of the clock's inputs (leaves [N], by client)."""
-    ids = method.cohort_ids(state)
-    row = jax.tree.map(lambda x: jnp.asarray(x)[ids], inputs[self.name])
+    row of the clock's inputs, leaves [S]: by client where S = N (slot j is
+    then the sampler's j-th client, `cohort_ids`), else by slot
+    (`slot_inputs`' 'client_id')."""
+    row = jax.tree.map(jnp.asarray, inputs[self.name])
+    if self.clock.slots == self.num_clients:
+      ids = method.cohort_ids(state)
+      row = jax.tree.map(lambda x: x[ids], row)
+    else:
+      ids = row['client_id']
     keys = jax.vmap(dispatch_key, in_axes=(None, 0, 0))(
         state.key, row['dispatch_round'], ids)
+    rows = ids
+    if self.options.buffered:
+      rows = row['dispatch_round'] % self.table_rows
 
-    def plan_at_dispatch(dispatch_round, client, key):
-      start = jax.tree.map(lambda t: t[client], state.extras['start'])
+    def plan_at_dispatch(dispatch_round, client, key, start_row):
+      start = jax.tree.map(lambda t: t[start_row], state.extras['start'])
       plan = method.plan_clients(
           state.replace(round=dispatch_round, params=start), client[None],
           key[None])
@@ -604,12 +692,13 @@ class OnClock(parts.Part):
                           mask_row=None)
       return jax.tree.map(lambda x: x[0], plan)
 
-    plans = jax.vmap(plan_at_dispatch)(row['dispatch_round'], ids, keys)
-    return plans.replace(active=row['arrives'], start_model=ids,
+    plans = jax.vmap(plan_at_dispatch)(row['dispatch_round'], ids, keys, rows)
+    return plans.replace(active=row['arrives'], start_model=rows,
                          extras={**(plans.extras or {}), 'clock': row})
 
   def start_models(self, state) -> PyTree:
-    """Row n = w_{k_n}, the model client n was dispatched with."""
+    """Row n = w_{k_n}, the model client n was dispatched with (Alg. 1), or
+    row v mod (τ_max + 1) = w_v (buffered mode)."""
     return state.extras['start'] if self.start_table else None
 
   def weigh(self, method, plan, delta: PyTree, weight: jax.Array,
@@ -629,14 +718,19 @@ class OnClock(parts.Part):
     return {**delta, **weighed}, weight
 
   def finish(self, before, after, plans, outputs):
-    """The start-table rows of the clients dispatched while w_{q+1} is the
-    global model set to it ('redispatch')."""
-    del before, outputs
+    """The start table after the server step: w_{q+1} in the rows of the
+    clients dispatched while it is the global model ('redispatch'), or in
+    buffered mode in version q + 1's row (`store_version`)."""
+    del outputs
     if not self.start_table:
       return after
-    return after.replace(extras={**after.extras, 'start': redispatch(
-        after.extras['start'], plans.client_id,
-        plans.extras[self.name]['redispatch'], after.params)})
+    table = after.extras['start']
+    if self.options.buffered:
+      table = store_version(table, before.round + 1, after.params)
+    else:
+      table = redispatch(table, plans.client_id,
+                         plans.extras[self.name]['redispatch'], after.params)
+    return after.replace(extras={**after.extras, 'start': table})
 
   def metrics(self, metrics, plans, outputs):
     del outputs
