@@ -49,7 +49,7 @@ SHORT_RUNS = {
     'experiments/bench/cost_of_realism.py': ['--repeats=1', '--rounds=1'],
     'experiments/bench/privacy_cost.py': ['--repeats=1', '--rounds=1'],
     'experiments/bench/buffered.py': ['--repeats=1', '--calls=1', '--clients=2000'],
-    'experiments/fedbuff/compare.py': ['--seeds=1', '--sync-rounds=2'],
+    'experiments/fedbuff/compare.py': ['--seeds=1', '--sync-rounds=2', '--out={workdir}'],
     'experiments/bench/cpu_lowering.py': ['--repeats=1'],
 }
 TRAINER_SHORT = ['--config.rounds=1', '--seeds=1', '--workdir={workdir}']
