@@ -250,5 +250,16 @@ class OptionGroup:
     group.validate()
     return group
 
+  def refuse_set_while_off(self, switch: str, hint: str = '') -> None:
+    """ConfigError (one line) naming the first key of the group set to a
+    non-default value while `switch`, the key that turns its part on, is at
+    its default (the part off); `hint` follows the advice to set `switch`."""
+    key = changed_key(dataclasses.asdict(self), type(self).defaults())
+    if key is not None:
+      raise ConfigError(
+          f'{self.dotted(key)} is set, but {self.dotted(switch)} = '
+          f'{getattr(self, switch):g} leaves the {self.key} part off; set '
+          f'{self.dotted(switch)}{hint}.')
+
   def validate(self) -> None:
     """Checks across keys of the group; raises ConfigError."""

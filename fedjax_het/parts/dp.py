@@ -55,9 +55,9 @@ from fedjax_het.core import parts
 from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
-from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
-                                in_range, non_negative, non_negative_int,
-                                option, positive)
+from fedjax_het.options import (ConfigError, OptionGroup, in_range,
+                                non_negative, non_negative_int, option,
+                                positive)
 from fedjax_het.privacy import accounting
 
 
@@ -77,10 +77,7 @@ class DPOptions(OptionGroup):
 
   def validate(self) -> None:
     if self.clip_norm == 0:
-      key = changed_key(dataclasses.asdict(self), DPOptions.defaults())
-      if key is not None:
-        raise ConfigError(f'dp.{key} is set, but dp.clip_norm = 0 leaves the '
-                          'dp part off; set dp.clip_norm (S > 0).')
+      self.refuse_set_while_off('clip_norm', ' (S > 0)')
       return
     if self.noise_multiplier and self.target_epsilon:
       raise ConfigError('dp.noise_multiplier and dp.target_epsilon are both '

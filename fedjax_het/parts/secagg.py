@@ -52,8 +52,8 @@ import jax.numpy as jnp
 
 from fedjax_het.core import parts
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.options import (ConfigError, OptionGroup, changed_key,
-                                non_negative_int, option, positive)
+from fedjax_het.options import (ConfigError, OptionGroup, non_negative_int,
+                                option, positive)
 
 # The float32 segment sums hold every integer up to 2^24 exactly.
 EXACT_INTEGERS = 2**24
@@ -69,10 +69,7 @@ class SecaggOptions(OptionGroup):
 
   def validate(self) -> None:
     if self.bits == 0:
-      key = changed_key(dataclasses.asdict(self), SecaggOptions.defaults())
-      if key is not None:
-        raise ConfigError(f'secagg.{key} is set, but secagg.bits = 0 leaves '
-                          'the secagg part off; set secagg.bits.')
+      self.refuse_set_while_off('bits')
       return
     if self.bits < 2:
       raise ConfigError(f'secagg.bits must be at least 2, got {self.bits}.')
