@@ -2,7 +2,7 @@
 
 On a shared machine whose speed drifts by tens of percent between processes, the
 ratio of two variants timed in turns in one process is the measured quantity
-(`method_ratios.py`, `cost_of_realism.py`, `cpu_lowering.py`).
+(`method_ratios.py`, `cost_of_realism.py`, `privacy_cost.py`, `buffered.py`, `cpu_lowering.py`).
 """
 import time
 from typing import Any, Callable
@@ -42,6 +42,14 @@ def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: in
       cpu[name].append((time.process_time() - started) / (calls + 1))
       wall[name].append(float(np.median(seconds)))
   return wall, cpu
+
+
+def round_table(configs: dict, repeats: int, calls: int, label: str) -> str:
+  """The `ratio_rows` table of one round of each run of `configs` ({name:
+  config}, the first the reference), timed alternated (`alternate`)."""
+  wall, cpu = alternate({name: one_round(config) for name, config in configs.items()},
+                        repeats, calls)
+  return '\n'.join(ratio_rows(wall, cpu, label))
 
 
 def ratio_rows(wall: dict, cpu: dict, label: str = 'variant') -> list[str]:

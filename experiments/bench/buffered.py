@@ -48,12 +48,10 @@ def speed(repeats: int, calls: int) -> None:
   variants = {'FedAvg, K = 50 a round': synchronous,
               'buffered FedAvg, K = 50, C = 60': buffered(synchronous, workload.cohort,
                                                           **FEDBUFF)}
-  wall, cpu = alternation.alternate(
-      {name: alternation.one_round(config) for name, config in variants.items()},
-      repeats, calls)
+  table = alternation.round_table(variants, repeats, calls, 'round')
   print(f'W-MLP, {workload.num_clients} clients, {jax.device_count()} device(s); {repeats} '
         f'repeats x {calls} calls (s: per round / server step)')
-  print('\n'.join(alternation.ratio_rows(wall, cpu, 'round')))
+  print(table)
 
 
 def tree_bytes(tree) -> int:

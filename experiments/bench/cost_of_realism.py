@@ -60,13 +60,13 @@ def main():
   args = parser.parse_args()
   workload = dataclasses.replace(bench.WORKLOADS[args.workload],
                                  num_clients=args.num_clients, cohort=args.num_clients)
-  variants = {name: alternation.one_round(variant_config(workload, changes))
-              for name, changes in VARIANTS.items()}
-  wall, cpu = alternation.alternate(variants, args.repeats, args.rounds)
+  table = alternation.round_table(
+      {name: variant_config(workload, changes) for name, changes in VARIANTS.items()},
+      args.repeats, args.rounds, 'FedAvg with')
   print(f'{args.workload}, {workload.num_clients} clients, all in every cohort, '
         f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
         '(s: per round)')
-  print('\n'.join(alternation.ratio_rows(wall, cpu, 'FedAvg with')))
+  print(table)
 
 
 if __name__ == '__main__':

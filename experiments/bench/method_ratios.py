@@ -40,13 +40,13 @@ def main():
   if args.num_clients:
     workload = dataclasses.replace(workload, num_clients=args.num_clients)
   names = args.algorithms.split(',')
-  wall, cpu = alternation.alternate(
-      {name: alternation.one_round(bench.workload_config(workload, 'auto', name))
-       for name in names}, args.repeats, args.rounds)
+  table = alternation.round_table(
+      {name: bench.workload_config(workload, 'auto', name) for name in names},
+      args.repeats, args.rounds, 'method')
   print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
         f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
         '(s: per round)')
-  print('\n'.join(alternation.ratio_rows(wall, cpu, 'method')))
+  print(table)
 
 
 if __name__ == '__main__':
