@@ -130,6 +130,51 @@ def test_c_equal_k_equal_n_is_the_synchronous_clock(num_clients, steps,
   assert result.num_lost == 0
 
 
+@pytest.mark.parametrize('length,chunk', [(5, None), (300, None),
+                                          (20_011, None), (20_011, 8192)])
+def test_numpy_sum_is_numpys_sum_bit_for_bit(length, chunk):
+  """`numpy_sum` of a sparse vector equals numpy's sum of the dense one (of
+  its float32 values summed in float64 with `chunk`), for 1, a few and many
+  non-zeros of spread magnitudes."""
+  rng = np.random.default_rng(length)
+  for count in (1, min(7, length), length // 3 + 1):
+    positions = np.sort(rng.choice(length, count, replace=False))
+    values = rng.random(count) * 10.0 ** rng.uniform(-4, 4, count)
+    dense = np.zeros(length)
+    dense[positions] = values
+    if chunk is None:
+      expected = dense.sum()
+    else:
+      values = values.astype(np.float32).astype(np.float64)
+      expected = dense.astype(np.float32).sum(dtype=np.float64)
+    assert buffered.numpy_sum(length, positions, values, chunk) == expected
+
+
+def test_the_events_give_the_schedules_sums_bit_for_bit():
+  """9,000 clients (a row longer than numpy's 8192-element buffer), C = 40,
+  K = 20, jittered times, drops and clients going offline: the RU forms,
+  the mean update seconds and the busy sums computed from the events equal
+  those of the [Q, N] `Schedule` built from them, bit for bit."""
+  num_clients = 9000
+  availability = _availability([[(0, 2 + n % 5)] for n in range(40)],
+                               period=7)
+  duration = clock.with_jitter(lambda n, q, i: 1.0 + n % 4, 0.5, seed=2)
+  result = buffered.simulate(duration, num_clients=num_clients, steps=30,
+                             concurrency=40, buffer_size=20, tau_max=1,
+                             seed=4, availability=availability)
+  s = result.schedule
+  assert result.num_lost > 0 and result.num_dropped > 0
+  for form in ('ru_eq17', 'ru_busy', 'ru_time_weighted'):
+    assert getattr(result, form)() == getattr(s, form)(), form
+  np.testing.assert_array_equal(result.mean_update_seconds(),
+                                s.mean_update_seconds())
+  np.testing.assert_array_equal(result.busy, s.busy.sum(1))
+  np.testing.assert_array_equal(
+      result.busy_float32, s.busy.astype(np.float32).sum(1, dtype=np.float64))
+  assert result.busy_total == s.busy.sum()
+  assert result.max_staleness == s.max_staleness == 1
+
+
 def _availability(rows, period):
   """Availability of clients whose online intervals are `rows`."""
   starts = [np.asarray([a for a, _ in r], float) for r in rows]

@@ -22,7 +22,6 @@ from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import buffered, traces
-from fedjax_het.systems import clock as clock_lib
 from test_buffered import HAND, LowestFirst, _availability
 from test_clock_part import reference
 from test_run import quick_config
@@ -256,28 +255,45 @@ def test_what_a_device_trace_does_not_combine_with_is_refused(
   assert '\n' not in str(raised.value)
 
 
+def hand_steps():
+  """A `BufferedSchedule` written by hand, N = 3, K = 2, 4 steps: steps
+  0–3 take clients {0}, {0, 1 (version 0, τ = 1)}, {0}, {0, 1, 2}; one
+  update dropped in step 1 and two lost in step 2; busy seconds (float32
+  sums) 1, 2, 3, 4."""
+  ints = lambda *x: np.asarray(x, np.int32)
+  floats = lambda *x: np.asarray(x, np.float64)
+  return buffered.BufferedSchedule(
+      num_clients=3, offsets=np.asarray([0, 1, 3, 4, 7]),
+      client=ints(0, 0, 1, 0, 0, 1, 2), version=ints(0, 1, 0, 2, 3, 3, 3),
+      update_seconds=floats(1, 1, 2, 1, 1, 2, 4),
+      start_time=floats(0, 1, 2, 3), end_time=floats(1, 2, 3, 7),
+      busy=floats(1, 2, 3, 4), busy_float32=floats(1, 2, 3, 4),
+      busy_total=10.0, dropped_step=ints(1), dropped_client=ints(2),
+      lost_step=ints(2, 2), lost_client=ints(1, 2), lost_time=floats(2.5, 3),
+      dispatch_client=ints(), dispatch_version=ints(),
+      dispatch_time=floats(), dispatch_end=floats())
+
+
 def test_slot_inputs_lay_each_steps_arrivals_on_its_slots():
-  """`slot_inputs` of an Alg. 1 schedule (fixed times 1, 2, 4 s, μ = 1/3:
-  rounds 0–3 take clients {0}, {0, 1 (τ = 1)}, {0}, {0, 1, 2}): slot j
-  holds the j-th arriving client in client order, its staleness and
-  dispatch round as `schedule_inputs` has them; a round of fewer arrivals
-  than slots leaves an idle slot of a non-arriving client; busy seconds sum
-  to the round's over the slots (slot 0 holds them); a round of more
-  arrivals than slots is refused."""
-  schedule = clock_lib.simulate(
-      clock_lib.fixed_durations([[1.0] * 4, [2.0] * 4, [4.0] * 4]),
-      num_clients=3, rounds=4, mu=1 / 3, t_clk=0.0)
-  by_client = clock_part.schedule_inputs(schedule, 0, 3)
-  slots = clock_part.slot_inputs(schedule, 0, 3, 2)
+  """`slot_inputs` of `hand_steps` with S = 2 slots: slot j holds the j-th
+  arriving client in client order, its staleness and dispatch round; a step
+  of fewer arrivals than slots leaves an idle slot of the lowest
+  non-arriving client; the step's busy seconds, dropped and lost updates
+  sit in slot 0; a step of more arrivals than slots is refused."""
+  slots = clock_part.slot_inputs(hand_steps(), 0, 3, 2)
   np.testing.assert_array_equal(slots['client_id'], [[0, 1], [0, 1], [0, 1]])
   np.testing.assert_array_equal(slots['arrives'],
                                 [[True, False], [True, True], [True, False]])
   np.testing.assert_array_equal(slots['staleness'], [[0, 0], [0, 1], [0, 0]])
   np.testing.assert_array_equal(slots['dispatch_round'],
                                 [[0, 0], [1, 0], [2, 0]])
-  np.testing.assert_allclose(slots['busy_seconds'][:, 0],
-                             by_client['busy_seconds'].sum(1), rtol=1e-6)
-  assert (slots['busy_seconds'][:, 1] == 0).all()
+  np.testing.assert_array_equal(slots['window_seconds'], [[1, 1]] * 3)
+  np.testing.assert_array_equal(slots['busy_seconds'], [[1, 0], [2, 0],
+                                                        [3, 0]])
+  np.testing.assert_array_equal(slots['dropped'], [[0, 0], [1, 0], [0, 0]])
+  np.testing.assert_array_equal(slots['lost'], [[0, 0], [0, 0], [2, 0]])
+  later = clock_part.slot_inputs(hand_steps(), 2, 1, 3)   # idle slots: 1, 2
+  np.testing.assert_array_equal(later['client_id'], [[0, 1, 2]])
   with pytest.raises(ConfigError, match='has 3 arrivals, more than its 2 '
                      'slots'):
-    clock_part.slot_inputs(schedule, 0, 4, 2)
+    clock_part.slot_inputs(hand_steps(), 0, 4, 2)

@@ -47,7 +47,10 @@ A client trains from the model of the version it was dispatched with, read
 from a version table of the last τ_max + 1 global models (row v mod
 (τ_max + 1) = w_v, `store_version`; an update staler than τ_max is dropped,
 so no older version is read), and its arrival is weighed by its staleness;
-nothing compiled is [N, ...] but the data. Buffered mode needs `tau_max`
+nothing compiled is [N, ...] but the data, and on the host the schedule
+is kept per event and per step (`systems.buffered.BufferedSchedule`,
+O(Q·K + N); `VirtualClock.simulated`), its [Q, N] `clock.Schedule` built
+only where asked (`VirtualClock.schedule`). Buffered mode needs `tau_max`
 ≥ 0 (the table's size; −1, never drop, is refused). C = K = N with the
 constant weight is Alg. 1 at μ = 1, bit for bit (K = N: slot n is client n,
 ordered as the sampler draws the cohort, Alg. 1's order). `mu` and `t_clk`
@@ -105,7 +108,8 @@ from fedjax_het import models
 from fedjax_het.core import parts
 from fedjax_het.data import augment
 from fedjax_het.options import (ConfigError, OptionGroup, changed_key, each, finite,
-                                in_range, non_negative, option, positive)
+                                in_range, non_negative, non_negative_int, option,
+                                positive, positive_int)
 from fedjax_het.systems import buffered, clock, traces
 
 PyTree = Any
@@ -284,45 +288,45 @@ class VirtualClock:
     self.online = online
     self.seed = seed
     self.availability = availability
-    self._schedule = None
-    self._lost = None
+    self._simulated = None
+
+  @property
+  def simulated(self) -> 'clock.Schedule | buffered.BufferedSchedule':
+    """The last `simulate`'s result (simulated on first use): Alg. 1's
+    `clock.Schedule`, or in buffered mode the `buffered.BufferedSchedule`
+    (per event and per step: no [Q, N] array)."""
+    if self._simulated is None:
+      self.simulate()
+    return self._simulated
 
   @property
   def schedule(self) -> clock.Schedule:
-    """The last `simulate`'s schedule (simulated on first use)."""
-    if self._schedule is None:
-      self.simulate()
-    return self._schedule
+    """The schedule as `clock.Schedule`'s [Q, N] arrays (in buffered mode
+    built from the events on first use: O(Q·N), which a run itself never
+    asks for)."""
+    simulated = self.simulated
+    if isinstance(simulated, buffered.BufferedSchedule):
+      return simulated.schedule
+    return simulated
 
-  @property
-  def lost(self) -> np.ndarray:
-    """int32 [Q, N]: updates client n lost in round (step) q by going offline
-    mid-round (buffered mode with a behaviour trace; else zeros)."""
-    if self._schedule is None:
-      self.simulate()
-    return self._lost
-
-  def simulate(self) -> clock.Schedule:
-    """`schedule`: Alg. 1 over the Q rounds, or FedBuff's Q server steps in
+  def simulate(self) -> 'clock.Schedule | buffered.BufferedSchedule':
+    """`simulated`: Alg. 1 over the Q rounds, or FedBuff's Q server steps in
     buffered mode, with the round-time model as it is now (a model that
     charges what clients learn, Co-S²P's realised masks, is simulated again
     after each charge); returned as well."""
     o = self.options
     tau_max = None if o.tau_max < 0 else o.tau_max
-    self._lost = np.zeros((self.rounds, self.num_clients), np.int32)
     if not o.buffered:
-      self._schedule = clock.simulate(
+      self._simulated = clock.simulate(
           self.duration, num_clients=self.num_clients, rounds=self.rounds,
           mu=o.mu, t_clk=o.t_clk, tau_max=tau_max, online=self.online)
-      return self._schedule
-    result = buffered.simulate(
-        self.duration, num_clients=self.num_clients, steps=self.rounds,
-        concurrency=o.concurrency or self.num_clients,
-        buffer_size=o.buffer_size, seed=self.seed, tau_max=tau_max,
-        availability=self.availability)
-    np.add.at(self._lost, (result.lost_step, result.lost_client), 1)
-    self._schedule = result.schedule
-    return self._schedule
+    else:
+      self._simulated = buffered.simulate(
+          self.duration, num_clients=self.num_clients, steps=self.rounds,
+          concurrency=o.concurrency or self.num_clients,
+          buffer_size=o.buffer_size, seed=self.seed, tau_max=tau_max,
+          availability=self.availability)
+    return self._simulated
 
   @property
   def slots(self) -> int:
@@ -332,28 +336,30 @@ class VirtualClock:
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     """`schedule_inputs` (Alg. 1), or `slot_inputs` in buffered mode."""
     if self.options.buffered:
-      return slot_inputs(self.schedule, first, count, self.slots, self.lost)
-    return schedule_inputs(self.schedule, first, count, self.lost)
+      return slot_inputs(self.simulated, first, count, self.slots)
+    return schedule_inputs(self.simulated, first, count)
 
   def summary_facts(self) -> dict:
-    facts = schedule_facts(self.schedule, self.rounds)
-    facts['lost_updates'] = int(self.lost.sum())
+    facts = schedule_facts(self.simulated)
+    facts['lost_updates'] = 0   # Alg. 1: a dispatched client finishes
     if self.options.buffered:
+      facts['lost_updates'] = self.simulated.num_lost
       facts['server_steps'] = self.rounds
     return facts
 
 
 # ---- host: schedule → round inputs and facts --------------------------------
-def schedule_inputs(schedule: clock.Schedule, first: int, count: int,
-                    lost: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def schedule_inputs(schedule: clock.Schedule, first: int,
+                    count: int) -> dict[str, np.ndarray]:
   """Rounds [first, first + count) of `schedule` as compiled-round xs, leaves
   [count, N]: `Schedule.round_inputs`, the seconds each client was busy in
   the round's window, the window's length (per client, for the map),
-  'dropped' (an update staler than τ_max discarded), 'lost' (updates lost
-  to going offline mid-round, `lost` [Q, N]; None: none) and 'redispatch':
-  dispatched (at least once) while w_{q+1} is the global model, the next
-  row of `dispatched` (Alg. 1: at the next round's start, the clients that
-  arrived or were dropped and are online; none after the last row)."""
+  'dropped' (an update staler than τ_max discarded), 'lost' (zeros: Alg. 1's
+  availability is per round, a dispatched client finishes) and
+  'redispatch': dispatched (at least once) while w_{q+1} is the global
+  model, the next row of `dispatched` (Alg. 1: at the next round's start,
+  the clients that arrived or were dropped and are online; none after the
+  last row)."""
   inputs = schedule.round_inputs(first, count)
   rows = slice(first, first + count)
   busy = schedule.busy[rows]
@@ -361,60 +367,74 @@ def schedule_inputs(schedule: clock.Schedule, first: int, count: int,
   following = np.zeros_like(busy, bool)
   nxt = schedule.dispatched[first + 1:first + count + 1]
   following[:nxt.shape[0]] = nxt
-  lost = np.zeros(busy.shape, np.int32) if lost is None else lost[rows]
   return {**inputs, 'busy_seconds': busy.astype(np.float32),
           'window_seconds': np.broadcast_to(
               window[:, None], busy.shape).astype(np.float32),
           'dropped': schedule.dropped[rows].copy(),
-          'lost': lost.astype(np.int32),
+          'lost': np.zeros(busy.shape, np.int32),
           'redispatch': following}
 
 
-def slot_inputs(schedule: clock.Schedule, first: int, count: int,
-                slots: int, lost: np.ndarray | None = None
-                ) -> dict[str, np.ndarray]:
+def slot_inputs(steps: buffered.BufferedSchedule, first: int, count: int,
+                slots: int) -> dict[str, np.ndarray]:
   """Server steps [first, first + count) of a buffered schedule as
-  compiled-round xs, leaves [count, S] (S = `slots`): slot j holds the
-  step's j-th arriving client in client order, 'client_id' with its
-  'arrives', 'staleness', 'dispatch_round' and 'window_seconds' of
-  `schedule_inputs` (where fewer than S arrive, the remaining slots hold
-  clients that do not arrive: idle); the step's totals 'busy_seconds',
-  'dropped' and 'lost' sit in slot 0, zeros elsewhere (their sum over the
-  slots, `round_metrics`', is the step's). With S = K = N every client
-  arrives in every step: slot n is client n, as in `schedule_inputs`."""
-  by_client = schedule_inputs(schedule, first, count, lost)
-  arrives = by_client['arrives']
-  most = int(arrives.sum(1).max())
-  if most > slots:
-    raise ConfigError(f'a server step of the schedule has {most} arrivals, '
-                      f'more than its {slots} slots.')
-  # Arriving clients first, each group in client order (a stable sort).
-  order = np.argsort(~arrives, axis=1, kind='stable')[:, :slots]
-  take = lambda x: np.take_along_axis(x, order, axis=1)
-  inputs = {key: take(by_client[key]) for key in
-            ('arrives', 'staleness', 'dispatch_round', 'window_seconds')}
-  inputs['client_id'] = order.astype(np.int32)
+  compiled-round xs, leaves [count, S] (S = `slots`), read from its events
+  (O(count · S), nothing per client): slot j holds the step's j-th arriving
+  client in client order, 'client_id' with its 'arrives', 'staleness',
+  'dispatch_round' and the step's 'window_seconds' (where fewer than S
+  arrive, the remaining slots hold the lowest clients that do not arrive:
+  idle, staleness and dispatch round 0); the step's totals 'busy_seconds'
+  (Σ_n of the float32 seconds, `BufferedSchedule.busy_float32`), 'dropped'
+  and 'lost' sit in slot 0, zeros elsewhere (their sum over the slots,
+  `round_metrics`', is the step's). With S = K = N every client arrives in
+  every step: slot n is client n, as in `schedule_inputs`."""
+  non_negative_int('first', first)
+  positive_int('count', count)
+  if first + count > steps.steps:
+    raise ConfigError(f'rounds [{first}, {first + count}) run past the '
+                      f'{steps.steps} simulated rounds.')
+  rows = slice(first, first + count)
+  arrivals = np.diff(steps.offsets)[rows]
+  if arrivals.max() > slots:
+    raise ConfigError(f'a server step of the schedule has {arrivals.max()} '
+                      f'arrivals, more than its {slots} slots.')
+  shape = (count, slots)
+  inputs = {'client_id': np.zeros(shape, np.int32),
+            'arrives': np.arange(slots) < arrivals[:, None],
+            'staleness': np.zeros(shape, np.int32),
+            'dispatch_round': np.zeros(shape, np.int32)}
+  for i, q in enumerate(range(first, first + count)):
+    a, b = steps.offsets[q], steps.offsets[q + 1]
+    clients = steps.client[a:b]
+    idle = np.setdiff1d(np.arange(slots + clients.shape[0]), clients)
+    inputs['client_id'][i] = np.concatenate([clients, idle])[:slots]
+    inputs['dispatch_round'][i, :b - a] = steps.version[a:b]
+    inputs['staleness'][i, :b - a] = q - steps.version[a:b]
+  window = (steps.end_time - steps.start_time)[rows]
+  inputs['window_seconds'] = np.broadcast_to(
+      window[:, None], shape).astype(np.float32)
   in_first = np.arange(slots) == 0
-  for key, dtype in (('busy_seconds', np.float32), ('dropped', np.int32),
-                     ('lost', np.int32)):
-    total = by_client[key].sum(1, dtype=np.float64)
+  for key, total, dtype in (
+      ('busy_seconds', steps.busy_float32[rows], np.float32),
+      ('dropped', steps.per_step(steps.dropped_step)[rows], np.int32),
+      ('lost', steps.per_step(steps.lost_step)[rows], np.int32)):
     inputs[key] = np.where(in_first, total[:, None], 0).astype(dtype)
   return inputs
 
 
-def schedule_facts(schedule: clock.Schedule, rounds: int) -> dict:
+def schedule_facts(schedule: 'clock.Schedule | buffered.BufferedSchedule'
+                   ) -> dict:
   """summary.json's clock: virtual time, RU (Eq. 17, busy, time-weighted),
   the largest staleness, the updates dropped as staler than τ_max and each
   client's mean seconds per arriving update."""
-  seconds = schedule.update_seconds[:rounds].sum(0) / np.maximum(
-      schedule.arrivals[:rounds].sum(0), 1)
-  return {'virtual_time_s': float(schedule.end_time[rounds - 1]),
+  return {'virtual_time_s': float(schedule.end_time[-1]),
           'ru_eq17': float(schedule.ru_eq17()),
           'ru_busy': float(schedule.ru_busy()),
           'ru_time_weighted': float(schedule.ru_time_weighted()),
           'max_staleness': int(schedule.max_staleness),
-          'dropped_updates': int(schedule.dropped[:rounds].sum()),
-          'client_round_seconds': [float(x) for x in seconds]}
+          'dropped_updates': schedule.num_dropped,
+          'client_round_seconds': [
+              float(x) for x in schedule.mean_update_seconds()]}
 
 
 # ---- compiled: keys, the start table, weights, metrics ----------------------

@@ -109,35 +109,38 @@ class Schedule:
   def max_staleness(self) -> int:
     return int(self.staleness.max())
 
+  @property
+  def num_dropped(self) -> int:
+    return int(self.dropped.sum())
+
+  def mean_update_seconds(self) -> np.ndarray:
+    """float64 [N]: each client's mean seconds per arriving update (0 where
+    none arrived)."""
+    return self.update_seconds.sum(0) / np.maximum(self.arrivals.sum(0), 1)
+
   def ru_eq17_per_round(self) -> np.ndarray:
     """float64 [Q], Eq. 17 per round; NaN where no arrival took positive time."""
-    longest = self.update_seconds.max(axis=1)
-    count = self.arrivals.sum(axis=1)
-    with np.errstate(invalid='ignore', divide='ignore'):
-      ru = self.update_seconds.sum(axis=1) / (count * longest)
-    return np.where(longest > 0, ru, np.nan)
+    return ru_eq17_rounds(self.update_seconds.sum(axis=1),
+                          self.arrivals.sum(axis=1),
+                          self.update_seconds.max(axis=1))
 
   def ru_eq17(self) -> float:
     """Eq. 17: the per-round values averaged over rounds (NaN rounds skipped)."""
-    return _mean_defined(self.ru_eq17_per_round())
+    return mean_defined(self.ru_eq17_per_round())
 
   def ru_busy_per_round(self) -> np.ndarray:
     """float64 [Q], busy fraction of each window; NaN for an empty window."""
-    window = self.end_time - self.start_time
-    with np.errstate(invalid='ignore', divide='ignore'):
-      ru = self.busy.sum(axis=1) / (self.busy.shape[1] * window)
-    return np.where(window > 0, ru, np.nan)
+    return ru_busy_rounds(self.busy.sum(axis=1), self.busy.shape[1],
+                          self.end_time - self.start_time)
 
   def ru_busy(self) -> float:
     """Busy-form RU averaged over the rounds with a window of positive length."""
-    return _mean_defined(self.ru_busy_per_round())
+    return mean_defined(self.ru_busy_per_round())
 
   def ru_time_weighted(self) -> float:
     """Σ busy / (N · total simulated time); NaN if no time passed."""
-    total = self.end_time[-1] - self.start_time[0]
-    if total <= 0:
-      return math.nan
-    return float(self.busy.sum() / (self.busy.shape[1] * total))
+    return ru_time_weighted(self.busy.sum(), self.busy.shape[1],
+                            self.start_time, self.end_time)
 
   def round_inputs(self, first: int, count: int) -> dict[str, np.ndarray]:
     """Rounds [first, first + count) as data for compiled rounds.
@@ -159,9 +162,38 @@ class Schedule:
                                        0).astype(np.int32)}
 
 
-def _mean_defined(values: np.ndarray) -> float:
+def mean_defined(values: np.ndarray) -> float:
+  """The mean of the values that are not NaN (NaN where none is)."""
   defined = values[~np.isnan(values)]
   return float(defined.mean()) if defined.size else math.nan
+
+
+# ---- RU from per-round sums (a `Schedule`'s, or a buffered schedule's) ---------
+def ru_eq17_rounds(seconds: np.ndarray, arrivals: np.ndarray,
+                   longest: np.ndarray) -> np.ndarray:
+  """float64 [Q], Eq. 17 per round from the round's summed update seconds,
+  its arrivals and its longest update; NaN where none took positive time."""
+  with np.errstate(invalid='ignore', divide='ignore'):
+    ru = seconds / (arrivals * longest)
+  return np.where(longest > 0, ru, np.nan)
+
+
+def ru_busy_rounds(busy: np.ndarray, num_clients: int,
+                   window: np.ndarray) -> np.ndarray:
+  """float64 [Q], the busy fraction Σ_n busy / (N · window) of each round;
+  NaN for an empty window."""
+  with np.errstate(invalid='ignore', divide='ignore'):
+    ru = busy / (num_clients * window)
+  return np.where(window > 0, ru, np.nan)
+
+
+def ru_time_weighted(busy: float, num_clients: int, start_time: np.ndarray,
+                     end_time: np.ndarray) -> float:
+  """Σ busy / (N · total simulated time); NaN if no time passed."""
+  total = end_time[-1] - start_time[0]
+  if total <= 0:
+    return math.nan
+  return float(busy / (num_clients * total))
 
 
 def _check_options(num_clients, rounds, mu, t_clk, tau_max) -> None:
