@@ -9,6 +9,8 @@ the arrivals (client, version trained from) below; client 0's update of
 version 0 arrives at step 2 with τ = 2 > 1, is dropped, and 0 is dispatched
 again with version 2 within step 2 (so its start model is w_2, not w_3).
 """
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -77,12 +79,14 @@ def test_c_equal_k_equal_n_is_todays_clock_bit_for_bit(name):
                               jax.device_get(b.params))
 
 
-def hand_run(monkeypatch):
-  """FedAvg on the hand schedule, FedScale's 1/√(1 + τ) normalised by the
-  buffer's sum: (algorithm, state, data)."""
+def hand_run(monkeypatch, **weight):
+  """FedAvg on the hand schedule, by default FedScale's 1/√(1 + τ)
+  normalised by the buffer's sum (`weight`: other clock keys):
+  (algorithm, state, data)."""
+  weight = weight or dict(staleness_weight='fedscale')
   config = clock_config('fedavg', 5, 5, buffer_size=2, concurrency=3,
-                        tau_max=1, jitter=0.0, staleness_weight='fedscale',
-                        staleness_normalisation='sum')
+                        tau_max=1, jitter=0.0, staleness_normalisation='sum',
+                        **weight)
   algorithm, state, data = build(config)
   monkeypatch.setattr(buffered, 'UniformPool', LowestFirst)
   clock = algorithm.parts['clock'].clock
@@ -135,6 +139,44 @@ def test_the_hand_schedule_through_fedavg_is_the_sequential_reference(
   facts = algorithm.summary_facts()
   assert (facts['virtual_time_s'], facts['server_steps'],
           facts['dropped_updates'], facts['lost_updates']) == (12.0, 5, 1, 0)
+
+
+def test_flsims_threshold_weight_through_fedavg(monkeypatch):
+  """FLSim's threshold weight, cutoff 0 and c = ¼, over the buffer's sum:
+  on the hand schedule (τ ∈ {0, 1}) an update of τ = 1 weighs ¼ of one of
+  τ = 0, which is (1 + τ)^−2: the params after 5 steps are the sequential
+  reference with that polynomial weight."""
+  algorithm, state, data = hand_run(monkeypatch, staleness_weight='threshold',
+                                    staleness_cutoff=0, staleness_value=0.25)
+  expected = reference(algorithm, jax.device_get(state.params), state.key,
+                       data, 'polynomial', 2.0, HAND_ARRIVALS, 'sum')
+  state, _ = RoundRunner(algorithm, 'map').run(state, data, 5)
+  chex.assert_trees_all_close(jax.device_get(state.params), expected[5],
+                              rtol=1e-5, atol=1e-6)
+
+
+def test_threshold_weight_by_hand():
+  """w(τ) = 1 up to the cutoff b = 1, c = ¼ after; FLSim's normalisation
+  divides by w(1) (= c with b = 0: a fresh update's delta times 4), the
+  sum normalisation scales the weight."""
+  options = clock_part.ClockOptions(buffer_size=2, tau_max=3,
+                                    staleness_weight='threshold',
+                                    staleness_cutoff=1, staleness_value=0.25)
+  np.testing.assert_array_equal(
+      options.staleness_function(jnp.asarray([0, 1, 2, 5])), [1, 1, .25, .25])
+  delta, one = {'w': jnp.asarray([2.0, -4.0])}, jnp.float32(3.0)
+  flsim = dataclasses.replace(options, staleness_cutoff=0,
+                              staleness_normalisation='flsim')
+  for tau, scale in ((0, 4.0), (1, 1.0), (3, 1.0)):
+    got, weight = clock_part.weigh_arrival(flsim, jnp.int32(tau), delta, one,
+                                           None, None)
+    np.testing.assert_array_equal(got['w'], [2 * scale, -4 * scale])
+    assert weight == 3.0
+  by_sum = dataclasses.replace(options, staleness_normalisation='sum')
+  got, weight = clock_part.weigh_arrival(by_sum, jnp.int32(2), delta, one,
+                                         None, None)
+  np.testing.assert_array_equal(got['w'], [2.0, -4.0])
+  assert weight == 0.75
 
 
 def write_trace(path, ms_per_sample, rows, period):
@@ -199,9 +241,14 @@ def test_the_summary_reports_virtual_time_to_accuracy_and_wall_time(
     (dict(buffer_size=2, staleness_weight='polynomial',
           staleness_slope=2.0), 'clock.staleness_slope = 2.0 is read only '
      "with clock.staleness_weight='hinge'"),
+    (dict(buffer_size=2, tau_max=1, staleness_weight='hinge',
+          staleness_value=0.1), 'clock.staleness_value = 0.1 is read only '
+     "with clock.staleness_weight='threshold'"),
+    (dict(buffer_size=2, tau_max=1, staleness_weight='threshold',
+          staleness_value=1.0), r'clock.staleness_value must be in \(0, 1\)'),
     (dict(buffer_size=2, staleness_normalisation='sum'),
      'clock.staleness_normalisation = .sum. is read only with '
-     'clock.staleness_weight polynomial, fedscale or hinge'),
+     'clock.staleness_weight polynomial, fedscale, hinge or threshold'),
     (dict(buffer_size=2, tau_max=-1), r'clock.buffer_size > 0 needs a '
      r'staleness bound clock.tau_max ≥ 0'),
     (dict(buffer_size=4, tau_max=1),

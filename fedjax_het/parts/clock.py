@@ -22,7 +22,8 @@ rounds read, and keeps the stale-model table:
 - `weigh_arrival`: an arriving update's delta and weight in the round's
   mean Σ w_n Δ_n / Σ w_n: 'none' (constant) as they are; 'polynomial'
   s(τ) = (1 + τ)^−a (FedAsync), 'fedscale' s(τ) = 1/√(1 + τ) (FedScale's
-  FedBuff) and 'hinge' (FedAsync's, `systems.buffered`), normalised by
+  FedBuff), 'hinge' (FedAsync's) and 'threshold' (FLSim's: 1 up to a
+  cutoff, a constant c after it; `systems.buffered`), normalised by
   `staleness_normalisation`: 'mean' the delta scaled, Σ w_n s(τ_n) Δ_n /
   Σ w_n (FedBuff's (1/K) Σ s Δ with uniform weights; a lone stale arrival
   moves the model by s(τ)·Δ); 'flsim' the same with s(τ)/s(1) (FLSim's
@@ -113,9 +114,10 @@ from fedjax_het.options import (ConfigError, OptionGroup, changed_key, each, fin
 from fedjax_het.systems import buffered, clock, traces
 
 PyTree = Any
-STALENESS_WEIGHTS = ('none', 'polynomial', 'fedscale', 'hinge', 'cos2p')
+STALENESS_WEIGHTS = ('none', 'polynomial', 'fedscale', 'hinge', 'threshold',
+                     'cos2p')
 # The weights w(τ) of `systems.buffered`, which the normalisations act on.
-STALENESS_FUNCTIONS = ('polynomial', 'fedscale', 'hinge')
+STALENESS_FUNCTIONS = ('polynomial', 'fedscale', 'hinge', 'threshold')
 NORMALISATIONS = ('mean', 'flsim', 'sum')
 
 
@@ -133,11 +135,12 @@ class ClockOptions(OptionGroup):
   device_trace: str = option('', "a .npz of `fedjax-het traces` (FedScale's device files): round times from the devices' compute and bandwidth, and, with the behaviour trace, who is online (buffered mode); empty: off")
   client_seconds: tuple = option((), "fixed seconds of a client round, one value for every client or one per client; empty: the method's own cost model (local_steps seconds for FedAvg-like methods, equal work; the analytic ViT model for the ViT methods), times the jitter", check=each(positive))
   jitter: float = option(0.05, 'σ of the lognormal jitter exp(σ·z) of client round times (every method on the clock, the ViT methods included)', check=non_negative)
-  staleness_weight: str = option('none', "w(τ) of an update of staleness τ in the round's mean (not read by the ViT methods, whose rule is their own, e.g. cos2p.weighting): none (constant) | polynomial (1 + τ)^−a | fedscale 1/√(1 + τ) (FedScale's FedBuff) | hinge 1 for τ ≤ b, else 1/(slope·(τ − b) + 1) (FedAsync) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
+  staleness_weight: str = option('none', "w(τ) of an update of staleness τ in the round's mean (not read by the ViT methods, whose rule is their own, e.g. cos2p.weighting): none (constant) | polynomial (1 + τ)^−a | fedscale 1/√(1 + τ) (FedScale's FedBuff) | hinge 1 for τ ≤ b, else 1/(slope·(τ − b) + 1) (FedAsync) | threshold 1 for τ ≤ b, else c = staleness_value (FLSim's ThresholdStalenessWeight) | cos2p (its weight times Co-S²P's Eq. 4 γ, the model as one segment; Eq. 5's normalised mean)", choices=STALENESS_WEIGHTS)
   staleness_exponent: float = option(0.5, "a of staleness_weight='polynomial' (FedAsync; FLSim's a ∈ [0, 1])", check=non_negative)
   staleness_slope: float = option(10.0, "slope of staleness_weight='hinge' (FedAsync's a = 10)", check=non_negative)
-  staleness_cutoff: int = option(4, "b of staleness_weight='hinge': updates up to b stale weigh 1 (FedAsync's b = 4)", check=in_range(0, math.inf))
-  staleness_normalisation: str = option('mean', "how polynomial / fedscale / hinge weights enter the mean Σ c_n Δ_n: mean (c_n = u_n w(τ_n) / Σ u: the delta scaled, FedBuff's (1/K) Σ w Δ with uniform u) | flsim (w(τ)/w(1) in that mean, FLSim's w(1) = 1) | sum (c_n = u_n w(τ_n) / Σ u w: a weighted mean, FedScale's), u_n the method's weights", choices=NORMALISATIONS)
+  staleness_cutoff: int = option(4, "b of staleness_weight='hinge' or 'threshold': updates up to b stale weigh 1 (FedAsync's b = 4; FLSim's cutoff)", check=in_range(0, math.inf))
+  staleness_value: float = option(0.5, "c of staleness_weight='threshold': the weight of an update staler than the cutoff (FLSim's value_after_cutoff)", check=in_range(0, 1, closed_low=False, closed_high=False))
+  staleness_normalisation: str = option('mean', "how polynomial / fedscale / hinge / threshold weights enter the mean Σ c_n Δ_n: mean (c_n = u_n w(τ_n) / Σ u: the delta scaled, FedBuff's (1/K) Σ w Δ with uniform u) | flsim (w(τ)/w(1) in that mean, FLSim's w(1) = 1) | sum (c_n = u_n w(τ_n) / Σ u w: a weighted mean, FedScale's), u_n the method's weights", choices=NORMALISATIONS)
 
   @property
   def buffered(self) -> bool:
@@ -181,11 +184,15 @@ class ClockOptions(OptionGroup):
                                "clock.staleness_weight='polynomial'"),
         'staleness_slope': (self.staleness_weight != 'hinge',
                             "clock.staleness_weight='hinge'"),
-        'staleness_cutoff': (self.staleness_weight != 'hinge',
-                             "clock.staleness_weight='hinge'"),
+        'staleness_cutoff': (self.staleness_weight not in ('hinge',
+                                                           'threshold'),
+                             "clock.staleness_weight 'hinge' or 'threshold'"),
+        'staleness_value': (self.staleness_weight != 'threshold',
+                            "clock.staleness_weight='threshold'"),
         'staleness_normalisation': (
             self.staleness_weight not in STALENESS_FUNCTIONS,
-            'clock.staleness_weight polynomial, fedscale or hinge'),
+            'clock.staleness_weight ' + ', '.join(STALENESS_FUNCTIONS[:-1]) +
+            ' or ' + STALENESS_FUNCTIONS[-1]),
         'concurrency': (not self.buffered, 'clock.buffer_size > 0'),
         'mu': (self.buffered, 'clock.buffer_size = 0 (Alg. 1 rounds; a '
                'buffered server steps on K updates)'),
@@ -205,6 +212,9 @@ class ClockOptions(OptionGroup):
       return buffered.polynomial_weight(tau, self.staleness_exponent)
     if self.staleness_weight == 'fedscale':
       return buffered.fedscale_weight(tau)
+    if self.staleness_weight == 'threshold':
+      return buffered.threshold_weight(tau, self.staleness_cutoff,
+                                       self.staleness_value)
     return buffered.hinge_weight(tau, self.staleness_slope,
                                  self.staleness_cutoff)
 
