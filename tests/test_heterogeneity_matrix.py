@@ -15,8 +15,9 @@ digits (`tiny_config`: an MLP, a split LeNet-5 for the split methods, a
 2-block ViT for the Co-S²P family) three ways: without the part (shared by
 all cells of a method), with it ON (`ON`: the kind's key from `PARTS`, with
 companion values that make the effect certain) and at its neutral setting
-(`NEUTRAL`, where one is expressible other than by the defaults; the neutral
-settings of a method's kinds share one run). The final parameters are
+(`NEUTRAL`, where one is expressible other than by the defaults and is the
+method's run without the part, `neutral_applies`; the neutral settings of a
+method's kinds share one run, but those of `NEUTRAL_ALONE`). The final parameters are
 compared directly: ON must move some parameter by more than float rounding
 (`EFFECT`), the neutral run must equal the run without the part bit for bit.
 
@@ -64,7 +65,7 @@ from engine_utils import TINY_VIT
 from script_utils import (MATRIX_CHILDREN, add_test_flags, child_report,
                           reads_a_child, run_child)
 from test_pinned import codegen_host, params_hash
-from test_scoped_config import PARTS, configured
+from test_scoped_config import PARTS, part_config
 
 NUM_CLIENTS = 6   # K = N: the clock parts dispatch every client (Alg. 1)
 LOCAL_STEPS = 2
@@ -107,6 +108,11 @@ ON = {
     'DP': {'dp.clip_norm': 1e-3, 'dp.noise_multiplier': 1.0},
     # 8 bits over ±1: a step of 2^−7, far above float32 rounding.
     'secure aggregation': {'secagg.bits': 8, 'secagg.clip_range': 1.0},
+    # K = 2 of the N = 6 clients a server step with C = 3 in flight: the
+    # third client dispatched with version 0 arrives after step 0, stale
+    # (τ = 1 ≤ τ_max), and a step takes 2 updates where a round took 6.
+    'buffered clock': {'clock.buffer_size': 2, 'clock.concurrency': 3,
+                       'clock.tau_max': 1, 'clients_per_round': 2},
 }
 
 # The neutral setting of each kind, set to values other than the defaults
@@ -140,6 +146,14 @@ NEUTRAL = {
     # Enough bits equal the exact sum within the quantisation bound only,
     # not bit for bit (test_secagg.test_neutral_setting_is_the_run_without_the_part_within_the_bound).
     'secure aggregation': None,
+    # C = K = N with the constant weight and τ_max = 0 (no update is stale):
+    # Alg. 1 at μ = 1, T_clk = 0 (parts/clock.py), which is the run without
+    # the part where the method's own run is off the clock; the jitter only
+    # moves the virtual times. Not for a method always on the clock
+    # (`neutral_applies`).
+    'buffered clock': {'clock.buffer_size': NUM_CLIENTS,
+                       'clock.concurrency': NUM_CLIENTS, 'clock.tau_max': 0,
+                       'clock.jitter': 0.5},
 }
 assert set(ON) == set(NEUTRAL) == set(PARTS)
 # The ViT methods' equal work is every client's E = cos2p.epochs (1) epochs,
@@ -160,10 +174,10 @@ for _kind, (_section, _name, _) in PARTS.items():
 
 def accepted(algorithm: str, kind: str) -> bool:
   """Whether config validation accepts `kind` (its `PARTS` value) for
-  `algorithm`; a refusal is test_scoped_config's to check."""
-  section, name, value = PARTS[kind]
+  `algorithm` (with its `COMPANIONS`); a refusal is test_scoped_config's to
+  check."""
   try:
-    config_lib.validate(configured(algorithm, **{f'{section}__{name}': value}))
+    config_lib.validate(part_config(algorithm, kind))
   except ConfigError:
     return False
   return True
@@ -207,10 +221,14 @@ def tiny_config(algorithm: str):
 
 
 def with_values(config, values: dict):
+  """`config` with `values` {'section.key' or a core 'key': value} set."""
   config = config.copy_and_resolve_references()
   for key, value in values.items():
-    section, name = key.split('.')
-    config[section][name] = value
+    if '.' in key:
+      section, name = key.split('.')
+      config[section][name] = value
+    else:
+      config[key] = value
   return config
 
 
@@ -261,8 +279,22 @@ def neutral_kinds(algorithm: str, kind: str) -> tuple[str, ...]:
 
 
 # DP runs its neutral setting alone: the virtual clock refuses it, so it
-# cannot share the clock's run.
-NEUTRAL_ALONE = ('DP',)
+# cannot share the clock's run. So does the buffered clock: it is the same
+# clock part in another mode (with it Alg. 1's neutral run would not be
+# Alg. 1's), which refuses DP and availability too.
+NEUTRAL_ALONE = ('DP', 'buffered clock')
+
+
+def neutral_applies(algorithm: str, kind: str) -> bool:
+  """Whether `kind`'s neutral setting is `algorithm`'s run without the
+  part: `kind` has one (NEUTRAL), and for the buffered clock, whose neutral
+  setting is Alg. 1 at μ = 1, the method's own run is off the clock; a
+  method always on the clock (`always_on_clock`: the ViT methods, Co-S²P at
+  its μ) runs without the part on its own clock, which C = K = N is not."""
+  if NEUTRAL[kind] is None:
+    return False
+  return not (kind == 'buffered clock' and
+              ALGORITHMS[algorithm].always_on_clock)
 
 
 @functools.lru_cache(maxsize=None)
@@ -370,13 +402,13 @@ def pinned_runs(methods) -> dict:
 def method_report(algorithm: str) -> dict:
   """The report of `algorithm`'s runs: 'on' {'method|kind': on_report} of
   every accepted cell, 'neutral' {'method|kind': neutral_report} of those
-  with a neutral setting other than the defaults, 'pins' (`pinned_runs`),
+  whose neutral setting is the run without the part (`neutral_applies`), 'pins' (`pinned_runs`),
   'cpu_seconds' {method: CPU seconds of its runs}."""
   cells = accepted_cells((algorithm,))
   return {
       'on': {f'{a}|{k}': on_report(a, k) for a, k in cells},
       'neutral': {f'{a}|{k}': neutral_report(a, k) for a, k in cells
-                  if NEUTRAL[k] is not None},
+                  if neutral_applies(a, k)},
       'pins': pinned_runs((algorithm,)),
       'cpu_seconds': {algorithm: CPU_SECONDS[algorithm]}}
 
@@ -446,8 +478,8 @@ def test_an_accepted_part_changes_the_model_and_its_neutral_setting_does_not(
   assert cell['verdict'] == 'effective', (
       f'{algorithm} accepts {ON[kind]} and trains the same model: the part '
       f'is ignored (largest relative change {cell["change"]:.2g})')
-  if NEUTRAL[kind] is None:
-    return   # the neutral setting is the defaults: the run without the part
+  if not neutral_applies(algorithm, kind):
+    return   # the neutral setting is the defaults, or not the run without it
   cell = matrix['neutral'][f'{algorithm}|{kind}']
   settings = [NEUTRAL[k] for k in cell['kinds']]
   assert 'refused' not in cell, (

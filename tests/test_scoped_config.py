@@ -11,6 +11,7 @@ import pytest
 from fedjax_het import cli, run
 from fedjax_het import config as config_lib
 from fedjax_het.methods import ALGORITHMS
+from fedjax_het.methods.cos2p import vit_engine
 from fedjax_het.options import ConfigError
 from test_reliability import one_line_error
 from test_run import QUICK, QUICKSTART, quick_config, read_rows
@@ -34,7 +35,19 @@ PARTS = {'availability': ('systems', 'availability', 'bernoulli'),
          'cells': ('hierarchy', 'num_cells', 3),
          'AirComp channel': ('hierarchy', 'edge_channel', 'aircomp'),
          'DP': ('dp', 'clip_norm', 1.0),
-         'secure aggregation': ('secagg', 'bits', 16)}
+         'secure aggregation': ('secagg', 'bits', 16),
+         'buffered clock': ('clock', 'buffer_size', 2)}
+# What a kind needs beside its key to be valid where it is read: buffered
+# mode's staleness bound (its version table has τ_max + 1 rows).
+COMPANIONS = {'buffered clock': {'clock__tau_max': 1}}
+
+
+def part_config(algorithm: str, part: str):
+  """A config of `algorithm` with the kind `part` set: its `PARTS` key and
+  its `COMPANIONS`."""
+  section, name, value = PARTS[part]
+  return configured(algorithm, **{f'{section}__{name}': value},
+                    **COMPANIONS.get(part, {}))
 
 
 @pytest.mark.parametrize('part', PARTS)
@@ -43,11 +56,14 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
   """No cell of method × kind of heterogeneity is accepted and ignored: a
   method whose sections hold the part's key runs under it (its paper's tests
   show the effect), or fixes it and refuses another value; any other method
-  refuses it, naming the key and the methods that read it."""
+  refuses it, naming the key and the methods that read it. A ViT method
+  (`always_on_clock`) refuses a clock key its engine does not read
+  (`vit_engine.CLOCK_KEYS`) in one line naming it."""
   section, name, value = PARTS[part]
   config = configured(algorithm, **{f'{section}__{name}': value})
   method = ALGORITHMS[algorithm]
   if any(group.key == section for group in method.option_groups):
+    config = part_config(algorithm, part)
     if f'{section}.{name}' in getattr(method, 'fixed_options', {}):
       with pytest.raises(ConfigError, match=f'{algorithm} fixes {section}'):
         config_lib.validate(config)
@@ -55,6 +71,12 @@ def test_every_method_reads_a_part_or_refuses_it_in_one_line(algorithm, part):
       with pytest.raises(ConfigError, match=f'but {algorithm} samples among '
                          'all clients by its own rule'):
         config_lib.validate(config)
+    elif (section == 'clock' and method.always_on_clock and
+          name not in vit_engine.CLOCK_KEYS):
+      with pytest.raises(ConfigError, match=f'{section}.{name} = {value!r} '
+                         f'is set, but {algorithm} does not read it') as e:
+        config_lib.validate(config)
+      assert '\n' not in str(e.value)
     else:
       config_lib.validate(config)
     return
