@@ -64,7 +64,7 @@ def config_of(method: str, seed: int, trace: str, rounds: int, buffered: bool):
 def steps_within(config, budget: float) -> int:
   """Server steps of `config`'s buffered schedule that end by `budget` virtual seconds."""
   method = run.build_experiment(config)[3]
-  return int(np.sum(method.parts['clock'].clock.schedule.end_time <= budget))
+  return int(np.sum(method.parts['clock'].clock.simulated.end_time <= budget))
 
 
 def train(config, out: str, name: str) -> dict:

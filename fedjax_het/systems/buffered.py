@@ -170,6 +170,13 @@ class WeightedPool:
 
 
 # ---- the simulation -------------------------------------------------------------
+# Blocks up to this length are summed dense (numpy's pairwise sum of a block
+# is the sum of its part of the whole vector, numpy's own halves).
+_DENSE = 4096
+# numpy's buffer: a sum that casts its input runs over chunks of this size.
+_NUMPY_BUFFER = 8192
+
+
 def numpy_sum(length: int, positions: np.ndarray, values: np.ndarray,
               chunk: int | None = None) -> float:
   """`np.sum` of a float64 vector of `length` that is 0 but at `positions`,
@@ -205,13 +212,6 @@ def numpy_sum(length: int, positions: np.ndarray, values: np.ndarray,
   for lo in range(0, length, chunk):
     total += pairwise(lo, min(chunk, length - lo))
   return total
-
-
-# Blocks up to this length are summed dense (numpy's pairwise sum of a block
-# is the sum of its part of the whole vector, numpy's own halves).
-_DENSE = 4096
-# numpy's buffer: a sum that casts its input runs over chunks of this size.
-_NUMPY_BUFFER = 8192
 
 
 @dataclasses.dataclass(frozen=True)
