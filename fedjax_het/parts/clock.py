@@ -85,14 +85,28 @@ time within a round).
 
 The ViT engine of Co-S²P and its baselines (`methods/cos2p/vit_engine.py`)
 reads the same section (`clock.mu`, `t_clk`, `tau_max`, `client_seconds`,
-`jitter`) and is always on the clock (`always_on_clock`), composed like any
-method's, with its own round-time model (the analytic ViT cost model where
+`jitter`, and buffered mode's `buffer_size`, `concurrency`, `device_trace`)
+and is always on the clock (`always_on_clock`), composed like any method's,
+with its own round-time model (the analytic ViT cost model where
 `client_seconds` is empty, `fixed_seconds` where it is set, times the
 jitter); Co-S²P's model charges the masks its clients learn and changes as
 rounds are charged, so it simulates the clock again after each charge
-(`VirtualClock.simulate`). The engine plans its rounds itself from the
-part's inputs; it refuses `staleness_weight` and `staleness_exponent`
-(Co-S²P weighs stale updates by its Eq. 4, `cos2p.weighting`).
+(`VirtualClock.simulate`; in buffered mode too: the event loop is a pure
+function of the seed and the durations, and a step's events read only the
+durations of dispatches of earlier versions, which are recorded, so the
+steps already run are simulated again as they ran). The engine plans its
+rounds itself from the part's inputs, a round's slots read through
+`OnClock.slot_clients` as the part's own plans are (slot n is client n
+under Alg. 1, the step's j-th arrival in buffered mode, starting from its
+version's row of the table); it refuses `staleness_weight` and
+`staleness_exponent` (Co-S²P weighs stale updates by its Eq. 4,
+`cos2p.weighting`, against the start model of the slot: its version's row
+in buffered mode). On a device trace a ViT client's work is FedScale's, the
+samples of its round (S_n·B, the engine's `round_steps` times the batch
+size) at the device's ms per sample, plus the full float32 ViT down and up:
+the trace measures a device per sample, not per FLOP, so the analytic
+model's window and width do not enter (a client of budget ¼ pays what a
+full one does) and Co-S²P's clock charges no masks.
 `FederatedAlgorithm` runs any other method that lists `ClockOptions` under
 the clock when the section is not at its defaults (`base.py`'s module
 docstring gives the reading).
@@ -530,15 +544,9 @@ def round_metrics(extras: dict, active: jax.Array) -> dict[str, jax.Array]:
 
 
 # ---- host: buffered mode and device traces ----------------------------------
-def check_buffered(method, options: ClockOptions, num_clients: int) -> None:
-  """ConfigError in one line where buffered mode (or a device trace) cannot
-  run: the ViT methods plan Alg. 1's rounds themselves; C and K at most N
-  (one update per client per server step)."""
-  if method.always_on_clock and (options.buffered or options.device_trace):
-    raise ConfigError(
-        f'{method.name} plans Alg. 1\'s rounds itself (the ViT engine): '
-        'clock.buffer_size and clock.device_trace are not modelled for it; '
-        'leave them unset.')
+def check_buffered(options: ClockOptions, num_clients: int) -> None:
+  """ConfigError in one line where buffered mode cannot run: C and K at
+  most N (one update per client per server step)."""
   for key in ('buffer_size', 'concurrency'):
     if getattr(options, key) > num_clients:
       raise ConfigError(f'clock.{key} = {getattr(options, key)} exceeds '
@@ -597,17 +605,17 @@ class OnClock(parts.Part):
 
   On for a method listing it when `config.clock` leaves its defaults, and
   always for a method defined on the clock (`always_on_clock`: the ViT
-  methods, which refuse buffered mode and device traces: their engine plans
-  Alg. 1's rounds). The run needs uniform sampling and clients_per_round =
-  the slots: num_clients under Alg. 1 (every idle client is dispatched),
-  K in buffered mode. A client's round
-  time is the method's round-time model (`round_durations`: one second per
-  local step by default, the analytic ViT model for the ViT methods).
+  methods, whose engine plans the rounds itself through `slot_clients`,
+  under Alg. 1 or in buffered mode). The run needs uniform sampling and
+  clients_per_round = the slots: num_clients under Alg. 1 (every idle
+  client is dispatched), K in buffered mode. A client's round time is the
+  method's round-time model (`round_durations`: one second per local step
+  by default, the analytic ViT model for the ViT methods).
   Availability, where it is on, is hosted here: only the idle clients online
   at a round's start are dispatched (`systems.clock.simulate`'s `online`,
   the availability part's draws evaluated on the host). The ViT engine plans
-  its own rounds from the part's inputs (slot n is client n) and reads the
-  schedule (`methods/cos2p/vit_engine.py`).
+  its own rounds from the part's inputs (`slot_clients`; slot n is client n
+  under Alg. 1) and reads the schedule (`methods/cos2p/vit_engine.py`).
   """
   name = 'clock'
   takes_over = frozenset({'plan_round'})
@@ -646,7 +654,7 @@ class OnClock(parts.Part):
     options = ClockOptions.from_config(config)
     refuse_equal_times(options, default_equal=method.round_times_equal_work)
     num_clients = int(data.counts.shape[0])
-    check_buffered(method, options, num_clients)
+    check_buffered(options, num_clients)
     slots = options.slots(num_clients)
     if (config.clients_per_round != slots or
         config.client_sampling != 'uniform'):
@@ -696,22 +704,34 @@ class OnClock(parts.Part):
     return {**(extras or {}),
             'start': start_table(params, self.table_rows)}
 
-  def plan_round(self, method, state, inputs: dict):
-    """The round's plans (class docstring); `inputs['clock']` is the round's
-    row of the clock's inputs, leaves [S]: by client where S = N (slot j is
-    then the sampler's j-th client, `cohort_ids`), else by slot
-    (`slot_inputs`' 'client_id')."""
+  def slot_clients(self, inputs: dict, cohort: jax.Array | None = None
+                   ) -> tuple[jax.Array, dict, jax.Array]:
+    """(client ids [S], the round's clock row by slot, start rows [S]) of a
+    round: `inputs['clock']` is its row of the clock's inputs, leaves [S],
+    by client where S = N (slot j is then client `cohort[j]`; None: client
+    j), else by slot (`slot_inputs`' 'client_id'); a slot's start row is
+    its client's (Alg. 1) or its dispatch version's, k mod (τ_max + 1)
+    (buffered mode). The part's `plan_round` and the ViT engine's read a
+    round through it."""
     row = jax.tree.map(jnp.asarray, inputs[self.name])
-    if self.clock.slots == self.num_clients:
-      ids = method.cohort_ids(state)
-      row = jax.tree.map(lambda x: x[ids], row)
-    else:
+    if self.clock.slots != self.num_clients:
       ids = row['client_id']
-    keys = jax.vmap(dispatch_key, in_axes=(None, 0, 0))(
-        state.key, row['dispatch_round'], ids)
+    elif cohort is None:
+      ids = jnp.arange(self.num_clients)
+    else:
+      ids = cohort
+      row = jax.tree.map(lambda x: x[ids], row)
     rows = ids
     if self.options.buffered:
       rows = row['dispatch_round'] % self.table_rows
+    return ids, row, rows
+
+  def plan_round(self, method, state, inputs: dict):
+    """The round's plans (class docstring), slot j the sampler's j-th
+    client (`cohort_ids`) where S = N (`slot_clients`)."""
+    ids, row, rows = self.slot_clients(inputs, method.cohort_ids(state))
+    keys = jax.vmap(dispatch_key, in_axes=(None, 0, 0))(
+        state.key, row['dispatch_round'], ids)
 
     def plan_at_dispatch(dispatch_round, client, key, start_row):
       start = jax.tree.map(lambda t: t[start_row], state.extras['start'])

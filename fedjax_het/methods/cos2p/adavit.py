@@ -171,9 +171,10 @@ class FedAvgAdavit(VitOnClock):
 
   def plan_round(self, state, data=None, inputs=None):
     plans = super().plan_round(state, data, inputs)
+    ids = plans.client_id
     return plans.replace(extras={**plans.extras,
-                                 'decides': jnp.asarray(self.decides),
-                                 'target': jnp.asarray(self.targets)})
+                                 'decides': self.of_slots(ids, self.decides),
+                                 'target': self.of_slots(ids, self.targets)})
 
   def holders(self, units: dict, window: dict) -> dict:
     """The engine's holders, and the decision networks of the trained blocks for

@@ -59,9 +59,15 @@ mask it trains and uploads. `schedule` beyond the prepared rounds is a
 projection, never charged: the masks held now, or width R_w for a client
 that has not yet returned from a mask phase; once every client has
 returned from its last mask phase it is the clock the run will follow
-(`experiments/cos2p`'s time budgets are fitted on it). Fixed
-`clock.client_seconds`, and widths that are not learned, are charged as the
-engine charges them, simulated once up front.
+(`experiments/cos2p`'s time budgets are fitted on it). The same holds in
+the clock's buffered mode (`clock.buffer_size`, FedBuff's server steps as
+rounds): a client whose update arrives in step r is eligible again only
+after it, so it is dispatched with version r + 1 or later, and simulating
+the steps again keeps those already run (`parts.clock`'s module
+docstring). Fixed `clock.client_seconds`, a device trace
+(`clock.device_trace`, whose work is the samples of a round) and widths
+that are not learned are charged as the engine charges them, simulated
+once up front.
 
 Aggregation (Eqs. 4–5), per segment i (a head, a row, a LayerNorm, an exit
 head, the embedding; `models.vit.segment_specs`):
@@ -70,7 +76,9 @@ head, the embedding; `models.vit.segment_specs`):
     w_{q+1}^i = w_q^i + Σ_{n ∈ N_q^i} γ_n^i / Σ_{m ∈ N_q^i} γ_m^i · Δ_n^i,
 
 Δ_n = w_end − w_start (A7: the model delta, server lr 1, applied to the
-current model), N_q^i the arrived clients that trained segment i.
+current model), N_q^i the arrived clients that trained segment i;
+w_{q−τ_n} is the start model of the client's slot (its row of the clock
+part's table: by client under Alg. 1, its version's in buffered mode).
 `weighting='holders'` is the engine's mean over holders instead.
 Co-S²P(Async.) is μ = 1/N, T_clk = 0.
 """
@@ -117,10 +125,11 @@ class Cos2p(BudgetMasks):
   @property
   def charges_realised_masks(self) -> bool:
     """Whether the clock charges the masks clients learn (module docstring):
-    learned widths on the analytic cost model."""
-    o = self.options
+    learned widths on the analytic cost model (not fixed seconds, not a
+    device trace, whose work is the samples a round trains)."""
+    o, c = self.options, self.clock_options
     return (o.width_masks == 'learned' and bool(o.learned_units) and
-            not self.clock_options.client_seconds)
+            not c.client_seconds and not c.device_trace)
 
   @functools.cached_property
   def fixed_kept(self) -> dict:
@@ -208,8 +217,8 @@ class Cos2p(BudgetMasks):
     c.charged = np.array(state.extras['charged_seconds'])
     c.held_kept = self.kept_counts(state.clients['mask'])
     c.charge_until = first
-    past = self.virtual_clock.simulate()   # rounds < first: as charged
-    c.learned = self.draws_masks(past)[:first].any(0)
+    self.virtual_clock.simulate()   # rounds < first: as charged
+    c.learned = self.draws_masks(self.schedule)[:first].any(0)
     count = self.charge(first, count)
     state = state.replace(extras={
         **state.extras, 'charged_seconds': jnp.asarray(c.charged)})
@@ -217,7 +226,9 @@ class Cos2p(BudgetMasks):
 
   def draws_masks(self, schedule: clock.Schedule) -> np.ndarray:
     """bool [Q, N]: client n draws a new mask in round q, the round its
-    update from a mask round (dispatched in a round < Q̂) arrives."""
+    update from a mask round (dispatched in a round < Q̂) arrives; from the
+    [Q, N] arrays of `schedule` (in buffered mode the events' `schedule`,
+    built by the clock on demand)."""
     return schedule.arrivals & (schedule.dispatch_round <
                                 self.options.mask_rounds)
 
@@ -242,11 +253,11 @@ class Cos2p(BudgetMasks):
   # ---- plans and state -----------------------------------------------------------
   def plan_round(self, state: ServerState, data=None,
                  inputs: PyTree = None) -> ClientPlan:
-    """The engine's plan and 'mask_steps' int [N]: Ê epochs of mask
+    """The engine's plan and 'mask_steps' int [S]: Ê epochs of mask
     training for a dispatch of a round < Q̂, else 0."""
     plans = super().plan_round(state, data, inputs)
     o = self.options
-    batches = jnp.asarray(self.batches, jnp.int32)
+    batches = self.of_slots(plans.client_id, self.batches.astype(np.int32))
     dispatch = plans.extras['clock']['dispatch_round']
     mask_steps = jnp.where(dispatch < o.mask_rounds, o.mask_epochs * batches,
                            0)

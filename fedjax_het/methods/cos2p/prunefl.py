@@ -283,7 +283,7 @@ class PruneFL(VitOnClock):
     extras = state.extras
     units = jax.vmap(lambda b: trim(extras['mask'], extras['score'],
                                     self.unit_params, b))(
-        jnp.asarray(self.width, jnp.float32))
+        self.of_slots(plans.client_id, self.width.astype(np.float32)))
     return plans.replace(extras={**plans.extras, 'units': units})
 
   # ---- the client program ------------------------------------------------------------

@@ -272,7 +272,8 @@ class FedAvgQvit(VitOnClock):
   def plan_round(self, state, data=None, inputs=None):
     plans = super().plan_round(state, data, inputs)
     return plans.replace(extras={**plans.extras,
-                                 'budget': jnp.asarray(self.bit_budgets)})
+                                 'budget': self.of_slots(plans.client_id,
+                                                         self.bit_budgets)})
 
   # ---- the client program ----------------------------------------------------
   def weight_loss(self, local, x, y, plan, ctx):

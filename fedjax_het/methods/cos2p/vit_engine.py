@@ -37,20 +37,33 @@ engine as with any method, always on (`always_on_clock`); the engine plans
 the rounds itself from its inputs: the schedule is simulated on the host
 and enters the compiled rounds as round inputs
 (`parts.clock.schedule_inputs`, `inputs['clock']`, `extras['clock']` of the
-plans); slot n of every round is client n, active when its update arrives;
-it trains lazily at arrival from the global model
-of its dispatch round (`extras['start']` row n, the part's start table),
-with its key (`parts.clock.dispatch_key`) and window drawn from the
-dispatch round, which gives the same result as training at dispatch (the
-client's state cannot change while it is busy). The part's round-time
-model is the engine's (`round_durations`): a client round costs the fixed
-`clock.client_seconds`, or the analytic cost model
+plans), read through the part's `slot_clients`; slot n of every round is
+client n, active when its update arrives; it trains lazily at arrival from
+the global model of its dispatch round (`extras['start']` row n, the part's
+start table), with its key (`parts.clock.dispatch_key`) and window drawn
+from the dispatch round, which gives the same result as training at
+dispatch (the client's state cannot change while it is busy). The part's
+round-time model is the engine's (`round_durations`): a client round costs
+the fixed `clock.client_seconds`, or the analytic cost model
 (`systems.vit_cost.round_seconds`) of the client's window at width R_w on
 its device type, times a lognormal jitter (`clock.jitter`); the generic
 one (FedAvg's, `local_steps` seconds per round) is not used, and the
 generic part's staleness weights (`clock.staleness_weight`,
 `staleness_exponent`) are refused: Co-S²P weighs stale updates by Eq. 4
 (`cos2p.weighting`).
+
+Buffered mode (`clock.buffer_size` K > 0, FedBuff: C = `clock.concurrency`
+clients in flight, a server step on every K arrivals, `clock.tau_max` ≥ 0;
+`parts.clock`'s module docstring): a round is a server step of K slots
+(clients_per_round = K), slot j the step's j-th arriving client
+(`parts.clock.slot_inputs`' 'client_id'), whose per-client facts (depth,
+width, steps, weight, a method's own) are gathered by its id (`of_slots`);
+it starts from the version it was dispatched with, row k mod (τ_max + 1) of
+the part's version table, and Co-S²P's Eq. 4 measures its drift from that
+row. C = K = N with τ_max = N − 1 is Alg. 1 at μ = 1 bit for bit
+(tests/test_vit_buffered.py). A device trace (`clock.device_trace`) times
+a client round by FedScale's completion time of its S_n·B samples
+(`clock_default_steps`) in place of the analytic model.
 
 Lossy links and unequal work (`config.systems`, the `parts.links_work`
 part, composed with the engine's `part_types`): client n's update is
@@ -167,11 +180,13 @@ ENGINE_KEYS = frozenset({
     'width_masks', 'optimizer', 'epochs', 'bandwidth_bps', 'device_speeds',
     'speed_scale'})
 
-# The `clock` keys every ViT method reads (Alg. 1's μ, T_clk, τ_max and the
-# round times); `clock.staleness_weight` / `staleness_exponent` are the
+# The `clock` keys every ViT method reads (Alg. 1's μ, T_clk, τ_max, the
+# round times, buffered mode's K and C and a device trace);
+# `clock.staleness_weight` / `staleness_exponent` are the
 # generic clock part's, refused here: Co-S²P weighs stale updates by its own
 # Eq. 4 (`cos2p.weighting`), the baselines over holders.
-CLOCK_KEYS = frozenset({'mu', 't_clk', 'tau_max', 'client_seconds', 'jitter'})
+CLOCK_KEYS = frozenset({'mu', 't_clk', 'tau_max', 'client_seconds', 'jitter',
+                        'buffer_size', 'concurrency', 'device_trace'})
 
 # The sections a ViT method reads, with the keys it reads of each (`cos2p`:
 # the method's `reads_keys`) and why it does not read the others.
@@ -397,6 +412,12 @@ class VitOnClock(FederatedAlgorithm):
     """The program's length: the most steps S_m of a client round."""
     return int(self.round_steps.max())
 
+  def clock_default_steps(self) -> tuple:
+    """S_m per client: a client round's work on a device trace, S_m·B
+    samples at the device's ms per sample (`parts.clock.trace_seconds`,
+    module docstring)."""
+    return tuple(int(s) for s in self.round_steps)
+
   @property
   def virtual_clock(self) -> clock_part.VirtualClock:
     """The clock part's host side (the engine is defined on the clock)."""
@@ -498,28 +519,32 @@ class VitOnClock(FederatedAlgorithm):
 
   def plan_round(self, state: ServerState, data=None,
                  inputs: PyTree = None) -> ClientPlan:
-    """Slot n = client n, active if its update arrives this round (the
-    clock's inputs, `inputs['clock']`).
+    """The round's S slots (the clock's inputs, `inputs['clock']`, read by
+    the part's `slot_clients`): slot n = client n under Alg. 1 (S = N), the
+    step's n-th arrival in buffered mode (S = K), active if its update
+    arrives this round, starting from its start-table row.
 
-    `extras`: the window ('run', 'frozen' bool [N, L], 'exits' bool [N, L],
-    'teacher' and 'offset' int [N]), 'width' R_w [N], the fixed 'units'
-    {kind: [N, L, U]} and the clock's inputs of the round, 'clock' (as the
-    clock part's plans carry them, `parts.clock.schedule_inputs`). Client n
-    runs its S_n steps (`round_steps`); the parts adjust its plan as in its
-    dispatch round (`at_dispatch`)."""
+    `extras`: the window ('run', 'frozen' bool [S, L], 'exits' bool [S, L],
+    'teacher' and 'offset' int [S]), 'width' R_w [S], the fixed 'units'
+    {kind: [S, L, U]} and the clock's inputs of the round by slot, 'clock'
+    (as the clock part's plans carry them). A slot's client runs its S_n
+    steps (`round_steps`); the parts adjust its plan as in its dispatch
+    round (`at_dispatch`)."""
     del data
-    n = self.num_clients
     if inputs is None:
       raise ValueError(f'{self.name} plans a round from its schedule: pass '
                        'round inputs (RoundRunner.run does, from '
                        '`round_inputs`).')
-    inputs = inputs[clock_part.OnClock.name]
-    ids = jnp.arange(n)
+    ids, inputs, rows = self.parts[clock_part.OnClock.name].slot_clients(
+        inputs)
+    slots = ids.shape[0]
     dispatch = inputs['dispatch_round']
     keys = jax.vmap(self.client_key, in_axes=(None, 0, 0))(state, dispatch,
                                                           ids)
-    offset = self.offsets(dispatch)
-    depth = jnp.asarray(self.depth)
+    offset = jax.vmap(lambda k, client: self.offsets(k)[client])(dispatch,
+                                                                ids)
+    depth = self.of_slots(ids, self.depth)
+    width = self.of_slots(ids, self.width.astype(np.float32))
     layers = jnp.arange(self.model.depth)
     run = layers[None] < (offset + depth)[:, None]
     frozen = layers[None] < offset[:, None]
@@ -527,22 +552,31 @@ class VitOnClock(FederatedAlgorithm):
         'run': run, 'frozen': frozen,
         'exits': jax.vmap(self.exit_positions)(offset, depth),
         'teacher': offset + depth - 1, 'offset': offset,
-        'width': jnp.asarray(self.width, jnp.float32),
-        'units': self.round_units(dispatch, keys),
+        'width': width,
+        'units': self.round_units(dispatch, keys, width),
         clock_part.OnClock.name: inputs,
     }
     plans = ClientPlan(
         client_id=ids, key=keys,
-        num_steps=jnp.asarray(self.round_steps, jnp.int32),
-        lr=jnp.full((n,), self.config.client_lr, jnp.float32),
-        weight=self.client_weights(ids), group=jnp.zeros((n,), jnp.int32),
-        extras=extras, active=inputs['arrives'], start_model=ids)
+        num_steps=self.of_slots(ids, self.round_steps.astype(np.int32)),
+        lr=jnp.full((slots,), self.config.client_lr, jnp.float32),
+        weight=self.client_weights(ids),
+        group=jnp.zeros((slots,), jnp.int32),
+        extras=extras, active=inputs['arrives'], start_model=rows)
     return self.at_dispatch(state, dispatch, plans)
+
+  def of_slots(self, ids: jax.Array, values: np.ndarray) -> jax.Array:
+    """A per-client array [N, ...] at the round's slots' clients `ids` [S]:
+    itself where the slots are the clients in order (Alg. 1: slot n is
+    client n), else its rows `ids` (buffered mode)."""
+    if self.parts[clock_part.OnClock.name].options.buffered:
+      return jnp.asarray(values)[ids]
+    return jnp.asarray(values)
 
   def at_dispatch(self, state: ServerState, dispatch: jax.Array,
                   plans: ClientPlan) -> ClientPlan:
-    """`plans` [N] adjusted by the parts as in each client's dispatch round
-    (`dispatch` int [N]), as the clock part plans at dispatch: links and
+    """`plans` [S] adjusted by the parts as in each slot's dispatch round
+    (`dispatch` int [S]), as the clock part plans at dispatch: links and
     work weigh client n's update by its link outcome Z_n of that round
     (w_n·Z_n; 0: its upload is lost, it is no holder of any entry and
     uploads no bytes). Its steps stay S_n (`round_steps`: the part's T_n,
@@ -561,14 +595,15 @@ class VitOnClock(FederatedAlgorithm):
     `FederatedAlgorithm.plan_round` gives it in that round."""
     return clock_part.dispatch_key(state.key, dispatch_round, client)
 
-  def round_units(self, dispatch: jax.Array, keys: jax.Array) -> dict:
-    """The fixed unit masks of the round (`width_masks`, module docstring):
-    {kind: [N, L, U]}."""
-    width = jnp.asarray(self.width, jnp.float32)
+  def round_units(self, dispatch: jax.Array, keys: jax.Array,
+                  width: jax.Array) -> dict:
+    """The fixed unit masks of the round's slots (`width_masks`, module
+    docstring), dispatched in rounds `dispatch` [S] with keys [S] at widths
+    R_w [S]: {kind: [S, L, U]}."""
     out = {}
     for i, (kind, (layers, count)) in enumerate(self.model.unit_shapes().items()):
       if self.options.width_masks == 'full':
-        out[kind] = jnp.ones((self.num_clients, layers, count))
+        out[kind] = jnp.ones((width.shape[0], layers, count))
       elif self.options.width_masks == 'rolling':
         out[kind] = jax.vmap(lambda r, k: jnp.broadcast_to(
             rolling_units(count, r, k), (layers, count)))(width, dispatch)
