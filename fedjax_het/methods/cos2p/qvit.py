@@ -347,7 +347,9 @@ class FedAvgQvit(VitOnClock):
     active = plans.is_active()
     budget = plans.extras['budget']
     measure = jax.vmap(self.quantized_transfer_bytes)
-    down = measure(state.clients['bits'], budget)
+    held = jax.tree.map(lambda b: self.of_slots(plans.client_id, b),
+                        state.clients['bits'])   # the slots' clients'
+    down = measure(held, budget)
     up = measure(outputs.client_state['bits'], budget)
     metrics['bytes_down'] = jnp.sum(jnp.where(active, down, 0.0))
     metrics['bytes_up'] = jnp.sum(jnp.where(plans.delivers(), up, 0.0))

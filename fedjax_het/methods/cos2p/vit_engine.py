@@ -566,7 +566,8 @@ class VitOnClock(FederatedAlgorithm):
     return self.at_dispatch(state, dispatch, plans)
 
   def of_slots(self, ids: jax.Array, values: np.ndarray) -> jax.Array:
-    """A per-client array [N, ...] at the round's slots' clients `ids` [S]:
+    """A per-client array [N, ...] (numpy, or a row of the clients' state)
+    at the round's slots' clients `ids` [S]:
     itself where the slots are the clients in order (Alg. 1: slot n is
     client n), else its rows `ids` (buffered mode)."""
     if self.parts[clock_part.OnClock.name].options.buffered:
