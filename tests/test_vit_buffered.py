@@ -14,7 +14,9 @@ import pytest
 from engine_utils import checkpoint_round_trip, committed, tiny_vit_config, \
     vit_experiment
 from fedjax_het import config as config_lib
+from fedjax_het import run
 from fedjax_het.core.rounds import RoundRunner
+from fedjax_het.methods import ALGORITHMS
 from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import traces
 from script_utils import REPO, TESTS, default_flags_env
@@ -135,6 +137,40 @@ def test_k_below_n_follows_its_host_schedule_and_resumes_exactly(tmp_path):
   np.testing.assert_array_equal(resumed.extras['charged_seconds'],
                                 full.extras['charged_seconds'])
   np.testing.assert_array_equal(fresh.schedule.end_time, s.end_time)
+
+
+VIT_METHODS = sorted(name for name, cls in ALGORITHMS.items()
+                     if getattr(cls, 'always_on_clock', False))
+
+
+@pytest.mark.parametrize('name', VIT_METHODS)
+def test_every_vit_method_plans_a_step_of_k_slots(name):
+  """Each of the 9 ViT methods in buffered mode (N = 6, K = 2, C = 3,
+  τ_max = 1), its round traced (shapes only, nothing compiled): the plans
+  hold K slots, the step's arriving clients, every per-client fact of the
+  method gathered to them (a fact left [N] fails to trace), and the round
+  returns the state it was given, shapes and types."""
+  config = tiny_vit_config(algorithm=name, num_clients=6, clients_per_round=2)
+  config.clock.update(buffer_size=2, concurrency=3, tau_max=1,
+                      client_seconds=(1.0, 1.3, 2.1, 0.7, 1.9, 1.1))
+  if 'optimizer' not in ALGORITHMS[name].reads_keys:
+    config.cos2p.optimizer = 'adan'
+  config.model_options['decisions'] = ALGORITHMS[name].reads_decisions
+  split, _, params, algorithm = run.build_experiment(
+      config_lib.resolve(config))
+  state = jax.eval_shape(algorithm.init, params, jax.random.PRNGKey(0))
+  inputs = algorithm.round_inputs(0, 1)
+  row = jax.tree.map(lambda x: x[0], inputs)
+  runner = RoundRunner(algorithm, 'map')
+  plans = jax.eval_shape(algorithm.plan_round, state, None, row)
+  after, metrics = jax.eval_shape(runner.round, state,
+                                  split.train.to_device(), row)
+  assert plans.client_id.shape == (2,)
+  assert sorted(inputs['clock']['client_id'][0]) == sorted(
+      np.flatnonzero(algorithm.schedule.arrivals[0]))
+  assert jax.tree.structure(after) == jax.tree.structure(state)
+  chex.assert_trees_all_equal_shapes_and_dtypes(after, state)
+  assert all(m.shape == () for m in jax.tree.leaves(metrics))
 
 
 def test_a_device_trace_times_a_vit_round_by_its_samples(tmp_path):
