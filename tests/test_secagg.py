@@ -214,3 +214,33 @@ def test_what_the_ring_cannot_hold_is_refused_in_one_line(secagg, section,
   with pytest.raises(ConfigError, match=match) as info:
     tiny_method(config)
   assert '\n' not in str(info.value)
+
+
+@pytest.mark.parametrize('weights,released', [((1, 1, 0, 0), False),
+                                              ((1, 1, 1, 0), True)])
+def test_an_aborted_round_leaves_the_adaptive_clip_norm(weights, released):
+  """A constructed round under dp's adaptive clipping (with count noise)
+  and t = 3: two of four deliver, the round releases nothing and S stays
+  bit for bit, though the delivering updates (norms 0.5 < S = 1) would move
+  it; three deliver and S moves as dp's `finish` moves it."""
+  algorithm, state, _ = build(
+      dp={'clip_norm': 1.0, 'adaptive_quantile': 0.5, 'adaptive_lr': 0.2,
+          'count_noise': 0.5},
+      bits=16, clip_range=4.0, dropout_threshold=3)
+  assert algorithm.parts.names == ('dp', 'secagg')
+  dp = algorithm.parts['dp']
+  k = len(weights)
+  plans = ClientPlan(client_id=jnp.arange(k), key=None,
+                     num_steps=jnp.ones(k, jnp.int32), lr=jnp.ones(k),
+                     weight=jnp.asarray(weights, jnp.float32),
+                     group=jnp.zeros(k, jnp.int32),
+                     parts={'dp': jnp.ones(k, jnp.float32)})
+  outputs = ClientOutput(delta=None, loss=jnp.zeros(k),
+                         num_examples=jnp.zeros(k),
+                         parts={'dp': jnp.asarray([0.5, 0.5, 2.0, 2.0]),
+                                'secagg': jnp.zeros(k)})
+  after = algorithm.parts.finish(state, state, plans, outputs)
+  moved_by_dp = dp.finish(state, state, plans, outputs)
+  assert float(dp.clip_norm(moved_by_dp)) != 1.0
+  expected = moved_by_dp if released else state
+  assert dp.clip_norm(after) == dp.clip_norm(expected)

@@ -38,7 +38,9 @@ Adaptive clipping (Andrew et al. 2021, `dp.adaptive_quantile` γ > 0): S is
 server state (`extras['dp']['clip_norm']`); after each round the count b of
 delivering clients whose update was not clipped is released with N(0, σ_b²)
 noise (DP_COUNT stream), b̄ = b̃ / (clients delivering), and
-S ← S·exp(−η_C (b̄ − γ)) (`finish`).
+S ← S·exp(−η_C (b̄ − γ)) (`finish`). A secure-aggregation round that
+releases nothing (below `secagg.dropout_threshold`) keeps S
+(`parts.secagg.MOVED_BY_RELEASE`).
 
 The part runs under FedAvg, the submodel family, the FedACS family except
 FedVarp (its memory of past updates enters every aggregate un-noised) and

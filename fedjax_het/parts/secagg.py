@@ -23,7 +23,12 @@ two), step s = c/2^(b−1); an encoding is an integer q ∈ [−2^(b−1), 2^(b�
 3. a dropout threshold t (`secagg.dropout_threshold`): a round in which fewer
    than t cohort members deliver (a slot idle, or its upload lost on a lossy
    link, is a dropout) aggregates nothing: the server's params and optimiser
-   state stay as they were (`finish`), counted in `secagg_aborted`.
+   state stay as they were (`finish`), counted in `secagg_aborted`. So does
+   the state of the parts that move from what the round releases
+   (`MOVED_BY_RELEASE`): dp's adaptive S, whose count of unclipped clients
+   is summed in the same secure aggregation (each client's 0/1 is one more
+   coordinate of its term, Andrew et al. 2021 Sec. 4), so an aborted round
+   releases no count either and its noise is not drawn into S.
 
 Quantisation bound: within the range and without wraps, each delivering
 client's encoding is off by at most s/2 per coordinate, so the decoded sum is
@@ -38,7 +43,10 @@ noise added after decoding would need the trusted server secure aggregation
 removes): the noise is quantised to the step and takes its share of the
 ring's range. The decode is post-processing of the noised sum, so the ε is
 the dp part's. `secagg_wraps` counts the clients' sum only; noise near the
-range's edge can wrap a coordinate more.
+range's edge can wrap a coordinate more. The accountant charges every one of
+the run's T rounds, fixed before the run (σ is calibrated from T), an aborted
+round included: it releases nothing, so the ε reported is an upper bound of
+the ε of the rounds that released (`privacy.accounting`).
 
 The part runs where the dp part does except FedACS's OS (its weights follow
 from every client's update norm, which secure aggregation hides); the clock
@@ -57,6 +65,9 @@ from fedjax_het.options import (ConfigError, OptionGroup, non_negative_int,
 
 # The float32 segment sums hold every integer up to 2^24 exactly.
 EXACT_INTEGERS = 2**24
+# The parts whose server state (`extras[name]`) moves from what a round
+# releases, kept with the params in an aborted round: dp's adaptive S.
+MOVED_BY_RELEASE = ('dp',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,15 +200,20 @@ class SecureSum(parts.Part):
 
   def finish(self, before: ServerState, after: ServerState,
              plans: ClientPlan, outputs) -> ServerState:
-    """An aborted round leaves the server's params and optimiser state."""
+    """An aborted round leaves the server's params, optimiser state and the
+    parts' state that moves from the release (`MOVED_BY_RELEASE`)."""
     del outputs
     if not self.options.dropout_threshold:
       return after
     aborted = self.aborted(plans)
-    keep = lambda b, a: jnp.where(aborted, b, a)
-    return after.replace(
-        params=jax.tree.map(keep, before.params, after.params),
-        opt_state=jax.tree.map(keep, before.opt_state, after.opt_state))
+    keep = lambda b, a: jax.tree.map(
+        lambda x, y: jnp.where(aborted, x, y), b, a)
+    moved = {name: keep(before.extras[name], after.extras[name])
+             for name in MOVED_BY_RELEASE if name in (after.extras or {})}
+    return after.replace(params=keep(before.params, after.params),
+                         opt_state=keep(before.opt_state, after.opt_state),
+                         extras={**after.extras, **moved} if moved
+                         else after.extras)
 
   def metrics(self, metrics, plans, outputs):
     """`secagg_clipped`: coordinates of delivered terms clipped to the range;
