@@ -10,16 +10,17 @@ two), step s = c/2^(b−1); an encoding is an integer q ∈ [−2^(b−1), 2^(b�
    submodel), coordinate by coordinate, at the end of its program
    (`upload`): q = clip(round(x/s), −2^(b−1), 2^(b−1) − 1); the coordinates
    the clip changed are counted (`secagg_clipped`). Counting is a pass over
-   the update of its own; under dp it is skipped (`lax.cond`: a scan over the
-   clients skips it, a vmapped cohort computes both branches) where the
+   the update of its own; under dp it is skipped (`lax.cond`: a scan over
+   the clients skips it, a vmapped cohort computes both branches) where the
    term's L2 norm w·min(‖Δ‖, S), which dp has measured, shows that no
    coordinate can reach the range's edge: |x_i| ≤ ‖x‖₂ < (2^(b−1) − ½)·s,
-   with a margin for float32's rounding of the norm (`none_outside`). What it uploads is q·s/w_n,
-   so the method's sum Σ w_n (q_n s/w_n) is s·Σ q_n: with a power-of-two step
-   and weights 0/1 (`aggregation_weights='uniform'`) exactly, as long as
-   K·2^(b−1) ≤ 2^24 (the float32 segment sums hold every integer below 2^24;
-   more bits are refused in one line); with other weights each term carries
-   float32's relative rounding 2^−24, far below half a step;
+   with a margin for float32's rounding of the norm (`none_outside`); the
+   count is the same. What it uploads is q·s/w_n, so the method's sum
+   Σ w_n (q_n s/w_n) is s·Σ q_n: with a power-of-two step and weights 0/1
+   (`aggregation_weights='uniform'`) exactly, as long as K·2^(b−1) ≤ 2^24
+   (the float32 segment sums hold every integer below 2^24; more bits are
+   refused in one line); with other weights each term carries float32's
+   relative rounding 2^−24, far below half a step;
 2. the server decodes the segment sums (`release_sums`): Q = round(Σ/s), then
    Q mod 2^b read as a signed integer, times s. A coordinate whose integer sum
    Q lies outside [−2^(b−1), 2^(b−1)) wraps around: it is counted in
