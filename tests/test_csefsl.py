@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+from fedjax_het import config as config_lib
 from fedjax_het import methods, models
 from fedjax_het.methods.split import split_accounting as accounting
 from fedjax_het.config import base_config
@@ -524,3 +525,97 @@ def test_split_methods_training_a_server_on_smashed_data_refuse_cells(name,
   assert message.startswith(f'hierarchy.num_cells = 2 is set, but {name} '
                             'does not read the hierarchy section: ')
   assert 'fsl_mc runs in cells' in message and '(read by ' in message
+
+
+# ---- DP on the client part (parts/dp.py) ------------------------------------
+def dp_build(name, **dp):
+  config = split_config(name)
+  config.aggregation_weights = 'uniform'
+  config.dp.update(dict(accountant='none', **dp))
+  config_lib.validate(config)
+  return build(config=config)
+
+
+def split_uploads(method, state, data):
+  """The cohort's plans and uploads [K], after the parts' `upload`."""
+  plans = jax.jit(method.plan_round)(state)
+  outputs = jax.jit(lambda p: jax.vmap(
+      method.run_client, in_axes=(None, (p.cohort_axes(), None)))(
+          (state.params, None, data, p.mask_table),
+          (p.replace(mask_table=None), None)))(plans)
+  return plans, outputs
+
+
+def norms_by_part(delta):
+  """{top-level part: [K] L2 norms of each client's delta on it}."""
+  return {part: np.sqrt(sum(np.sum(np.square(np.asarray(x)),
+                                   axis=tuple(range(1, x.ndim)))
+                            for x in jax.tree.leaves(tree)))
+          for part, tree in delta.items()}
+
+
+@pytest.mark.parametrize('name,uploaded', [
+    ('cse_fsl', ('client', 'aux')), ('fsl_an', ('client', 'aux')),
+    ('fsl_mc', ('client', 'server'))])
+def test_dp_clips_every_split_upload_to_s(name, uploaded):
+  """Each client's upload (CSE-FSL, FSL_AN: x_c and a_c; FSL_MC: x_c and its
+  server copy) is clipped as a whole to S, longer before the clip; the part
+  it does not upload is zero."""
+  clip = 0.05
+  method, state, data = dp_build(name, clip_norm=clip)
+  assert method.parts.names == ('dp',)
+  _, outputs = split_uploads(method, state, data)
+  parts = norms_by_part(outputs.delta)
+  total = np.sqrt(sum(np.square(parts[p]) for p in uploaded))
+  np.testing.assert_allclose(total, clip, rtol=1e-5)
+  assert np.all(np.asarray(outputs.parts['dp']) > clip)
+  for part in set(parts) - set(uploaded):
+    np.testing.assert_array_equal(parts[part], 0.0)
+  for part in uploaded:   # both uploaded parts moved: the clip covers both
+    assert np.all(parts[part] > 0)
+
+
+@pytest.mark.parametrize('name,noised', [('cse_fsl', ('client', 'aux')),
+                                         ('fsl_mc', ('client', 'server'))])
+def test_dp_noise_on_the_client_part_sum_has_std_sigma_s(name, noised):
+  """One round with σ against the same round with σ = 0 (same clip, same
+  keys): the averaged parts differ by the sum's noise over K (uniform
+  weights), std σS/K; the other part (CSE-FSL's x_s, trained on the smashed
+  data; FSL_MC's unused aux head) is bit for bit the same."""
+  sigma, clip = 2.0, 0.01
+  finals = []
+  for noise in (sigma, 0.0):
+    method, state, data = dp_build(name, clip_norm=clip,
+                                   noise_multiplier=noise)
+    finals.append(RoundRunner(method, 'vmap').run(state, data, 1)[0].params)
+  noisy, clean = finals
+  draws = np.concatenate([
+      (np.asarray(a) - np.asarray(b)).ravel() * CLIENTS
+      for part in noised for a, b in zip(jax.tree.leaves(noisy[part]),
+                                         jax.tree.leaves(clean[part]))])
+  assert draws.size > 3000
+  np.testing.assert_allclose(draws.std(), sigma * clip, rtol=0.06)
+  assert abs(draws.mean()) < 0.06 * sigma * clip
+  for part in set(noisy) - set(noised):
+    jax.tree.map(np.testing.assert_array_equal, noisy[part], clean[part])
+
+
+def test_dp_facts_say_the_epsilon_covers_the_client_part_only():
+  method, _, _ = dp_build('cse_fsl', clip_norm=0.1, noise_multiplier=1.0)
+  covers = method.summary_facts()['dp']['epsilon_covers']
+  assert covers.startswith('the client part and aux head (x_c, a_c) only')
+  assert 'smashed activations' in covers
+  fedavg = methods.ALGORITHMS['fedavg']
+  assert not hasattr(fedavg, 'dp_release')
+
+
+def test_fsl_oc_refuses_dp_in_one_line():
+  config = split_config('fsl_oc')
+  config.dp.clip_norm = 1.0
+  with pytest.raises(ConfigError) as raised:
+    config_lib.validate(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  assert message.startswith('dp.clip_norm = 1.0 is set, but fsl_oc does not '
+                            'read the dp section: its one server model')
+  assert 'cse_fsl' in message and 'fsl_mc' in message

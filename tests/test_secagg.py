@@ -214,3 +214,74 @@ def test_what_the_ring_cannot_hold_is_refused_in_one_line(secagg, section,
   with pytest.raises(ConfigError, match=match) as info:
     tiny_method(config)
   assert '\n' not in str(info.value)
+
+
+@pytest.mark.parametrize('weights,released', [((1, 1, 0, 0), False),
+                                              ((1, 1, 1, 0), True)])
+def test_an_aborted_round_leaves_the_adaptive_clip_norm(weights, released):
+  """A constructed round under dp's adaptive clipping (with count noise)
+  and t = 3: two of four deliver, the round releases nothing and S stays
+  bit for bit, though the delivering updates (norms 0.5 < S = 1) would move
+  it; three deliver and S moves as dp's `finish` moves it."""
+  algorithm, state, _ = build(
+      dp={'clip_norm': 1.0, 'adaptive_quantile': 0.5, 'adaptive_lr': 0.2,
+          'count_noise': 0.5},
+      bits=16, clip_range=4.0, dropout_threshold=3)
+  assert algorithm.parts.names == ('dp', 'secagg')
+  dp = algorithm.parts['dp']
+  k = len(weights)
+  plans = ClientPlan(client_id=jnp.arange(k), key=None,
+                     num_steps=jnp.ones(k, jnp.int32), lr=jnp.ones(k),
+                     weight=jnp.asarray(weights, jnp.float32),
+                     group=jnp.zeros(k, jnp.int32),
+                     parts={'dp': jnp.ones(k, jnp.float32)})
+  outputs = ClientOutput(delta=None, loss=jnp.zeros(k),
+                         num_examples=jnp.zeros(k),
+                         parts={'dp': jnp.asarray([0.5, 0.5, 2.0, 2.0]),
+                                'secagg': jnp.zeros(k)})
+  after = algorithm.parts.finish(state, state, plans, outputs)
+  moved_by_dp = dp.finish(state, state, plans, outputs)
+  assert float(dp.clip_norm(moved_by_dp)) != 1.0
+  expected = moved_by_dp if released else state
+  assert dp.clip_norm(after) == dp.clip_norm(expected)
+
+
+def test_under_dp_the_clipped_count_is_exact_where_the_norm_skips_it():
+  """Under dp the count of clipped coordinates is skipped where the term's
+  L2 norm w·min(‖Δ‖, S) shows none can leave the range (8 bits over ±1:
+  a coordinate is clipped from 127.5 steps of 2^−7, 0.99609375, up). The
+  count the part reports equals the count of round(w·Δ/s) outside
+  [−128, 127], by numpy: one coordinate carrying the whole norm just below
+  the edge (skipped, 0) and just above (counted, 1), one at −1.0 (not
+  clipped: −128 is in the range) and many random updates of norms around
+  the edge, weights 1 and 2."""
+  algorithm, _, _ = build(dp={'clip_norm': 100.0}, bits=8, clip_range=1.0)
+  part = algorithm.parts['secagg']
+  rng = np.random.default_rng(0)
+  one_hot = np.zeros((3, 40), np.float32)
+  one_hot[:, 0] = [0.996, 0.9962, -1.0]
+  random = rng.normal(size=(60, 40)).astype(np.float32)
+  random *= rng.uniform(0.2, 3.0, size=(60, 1)).astype(np.float32) / (
+      np.linalg.norm(random, axis=1, keepdims=True))
+  deltas = np.concatenate([one_hot, random])
+  weights = np.concatenate([np.ones(33), np.full(30, 2.0)]).astype(np.float32)
+  k = len(deltas)
+  plans = ClientPlan(client_id=jnp.arange(k), key=None,
+                     num_steps=jnp.ones(k, jnp.int32), lr=jnp.ones(k),
+                     weight=jnp.asarray(weights), group=jnp.zeros(k, jnp.int32),
+                     parts={'dp': jnp.full(k, 100.0, jnp.float32)})
+  norms = np.linalg.norm(deltas, axis=1)
+  outputs = ClientOutput(delta={'w': jnp.asarray(deltas)}, loss=jnp.zeros(k),
+                         num_examples=jnp.ones(k),
+                         parts={'dp': jnp.asarray(norms, jnp.float32)})
+  counted = jax.jit(jax.vmap(lambda p, o: part.upload(None, p, o)))(
+      plans, outputs).parts['secagg']
+  q = np.round(deltas * weights[:, None] / 2.0**-7)
+  expected = np.sum((q < -128) | (q > 127), axis=1)
+  np.testing.assert_array_equal(counted, expected)
+  np.testing.assert_array_equal(expected[:3], [0, 1, 0])
+  # Both branches were taken: norms below the edge, and clipped updates.
+  skippable = np.asarray(jax.vmap(part.none_outside, in_axes=(0, None))(
+      jnp.asarray(norms * weights), 40))
+  assert skippable.sum() > 5 and expected.sum() > 5
+  assert not np.any(skippable & (expected > 0))

@@ -10,7 +10,8 @@ McMahan et al. 2018 (DP-FedAvg), inside the compiled round:
 2. the method sums the clipped updates as it does, Σ w_n Δ_n (per segment,
    masked), and the part adds N(0, (σ·S·w_max·K/C)²) to every coordinate of
    the sum once (`release_sums`, the round key's DP_NOISE stream, one key per
-   leaf), before the method divides: FedAvg and the submodel family by
+   leaf; where the method averages only parts of its model,
+   `averaged_parts`, those parts), before the method divides: FedAvg and the submodel family by
    their own denominator Σ w_n m_nj (the cohort's delivered weight, per
    coordinate for submodels), the FedACS family by K (rule (3): McMahan et
    al.'s fixed denominator);
@@ -37,12 +38,22 @@ Adaptive clipping (Andrew et al. 2021, `dp.adaptive_quantile` γ > 0): S is
 server state (`extras['dp']['clip_norm']`); after each round the count b of
 delivering clients whose update was not clipped is released with N(0, σ_b²)
 noise (DP_COUNT stream), b̄ = b̃ / (clients delivering), and
-S ← S·exp(−η_C (b̄ − γ)) (`finish`).
+S ← S·exp(−η_C (b̄ − γ)) (`finish`). A secure-aggregation round that
+releases nothing (below `secagg.dropout_threshold`) keeps S
+(`parts.secagg.MOVED_BY_RELEASE`).
 
-The part runs under FedAvg, the submodel family and the FedACS family except
-FedVarp (its memory of past updates enters every aggregate un-noised); the
-clock and cells are refused beside it (`core.parts.REFUSED_TOGETHER`), other
-methods do not read the `dp` section (one line).
+The part runs under FedAvg, the submodel family, the FedACS family except
+FedVarp (its memory of past updates enters every aggregate un-noised) and
+split learning's client part: CSE-FSL and FSL_AN clip and noise the client
+part and aux head (x_c, a_c) they upload, FSL_MC its composed delta (x_c and
+its server copy); FSL_OC refuses (its one server model carries every earlier
+client's data into the next client's update). What the ε covers is the
+method's `dp_release` (summary.json's `dp.epsilon_covers`): under split
+learning the smashed activations the server trains on are neither clipped
+nor noised, so the ε covers the client part's release only (CSE-FSL, FSL_AN:
+not x_s). The clock and cells are refused beside the part
+(`core.parts.REFUSED_TOGETHER`), other methods do not read the `dp` section
+(one line).
 """
 import dataclasses
 import math
@@ -65,7 +76,7 @@ from fedjax_het.privacy import accounting
 class DPOptions(OptionGroup):
   """`config.dp`: DP-FedAvg's clipping, noise and accountant (`parts.dp`)."""
   key = 'dp'
-  clip_norm: float = option(0.0, 'S: every client update clipped to L2 norm S before the sum, in the full model (0: the dp part is off; inf: no clipping; adaptive clipping: the initial S)', check=non_negative)
+  clip_norm: float = option(0.0, 'S: every client update clipped to L2 norm S before the sum, in the full model (split learning: the client part\'s upload, so the ε covers its release only, not the server part trained on smashed activations; 0: the dp part is off; inf: no clipping; adaptive clipping: the initial S)', check=non_negative)
   noise_multiplier: float = option(0.0, 'σ: N(0, (σ·S·w_max)²) added once to every coordinate of the cohort sum (w_max: the round\'s largest client weight, 1 with uniform weights)', check=non_negative)
   target_epsilon: float = option(0.0, 'ε: σ calibrated so that the run ends at (ε, dp.delta) (needs the [dp] extra; 0: σ = dp.noise_multiplier)', check=non_negative)
   delta: float = option(0.0, 'δ of the reported ε (0: 1/N^1.1, N = num_clients)', check=in_range(0, 1, closed_high=False))
@@ -124,13 +135,21 @@ def default_delta(num_clients: int) -> float:
   return float(num_clients)**-1.1
 
 
+# What the ε covers where the method says nothing else (`dp_release`).
+RELEASED_MODEL = 'the released model'
+
+
 class ClipAndNoise(parts.Part):
   """The part (module docstring). On where `dp.clip_norm` > 0."""
   name = 'dp'
 
   def __init__(self, options: DPOptions, *, cohort: int, num_clients: int,
-               rounds: int, why_not_amplified: str | None):
+               rounds: int, why_not_amplified: str | None,
+               covers: str = RELEASED_MODEL,
+               averaged_parts: tuple[str, ...] | None = None):
     self.options = options
+    self.covers = covers
+    self.averaged_parts = averaged_parts
     self.cohort = cohort
     self.noise_cohort = options.noise_cohort_size or cohort
     if self.noise_cohort < cohort:
@@ -167,7 +186,9 @@ class ClipAndNoise(parts.Part):
     return cls(options, cohort=int(config.clients_per_round),
                num_clients=int(data.counts.shape[0]),
                rounds=int(config.rounds),
-               why_not_amplified=no_amplification(method, config))
+               why_not_amplified=no_amplification(method, config),
+               covers=getattr(method, 'dp_release', RELEASED_MODEL),
+               averaged_parts=method.averaged_parts)
 
   @property
   def adaptive(self) -> bool:
@@ -186,7 +207,8 @@ class ClipAndNoise(parts.Part):
         'delta': self.delta, 'accountant': self.options.accountant,
         'sampling_prob': self.mechanism.sampling_prob,
         'amplification_by_sampling': self.mechanism.amplified,
-        'no_amplification_because': self.why_not_amplified}}
+        'no_amplification_because': self.why_not_amplified,
+        'epsilon_covers': self.covers}}
 
   def init_extras(self, params, extras):
     del params
@@ -219,22 +241,38 @@ class ClipAndNoise(parts.Part):
     return recorded.replace(delta=jax.tree.map(
         lambda d: (d * factor).astype(d.dtype), output.delta))
 
+  @staticmethod
+  def uploaded_norm(plan: ClientPlan, output: ClientOutput) -> jax.Array | None:
+    """float32 scalar: min(‖Δ‖, S), the L2 norm of the delta `upload`
+    left (float32 rounding aside), or None where the dp part is off."""
+    if 'dp' not in (output.parts or {}):
+      return None
+    return jnp.minimum(output.parts['dp'], plan.parts['dp'])
+
   def noise_std(self, state: ServerState, weights: jax.Array) -> jax.Array:
     """σ·S·w_max·K/C: the std of the noise on every coordinate of the sum."""
     scale = self.noise_multiplier * self.cohort / self.noise_cohort
     return scale * self.clip_norm(state) * jnp.max(jnp.abs(weights))
 
+  def released(self, path) -> bool:
+    """Whether the leaf at `path` is of the model the method averages (its
+    `averaged_parts`, by top-level key; None: all of it)."""
+    return self.averaged_parts is None or path[0].key in self.averaged_parts
+
   def release_sums(self, state, weights, sums):
-    """The numerator plus N(0, noise_std²) on every coordinate."""
+    """The numerator plus N(0, noise_std²) on every coordinate the method
+    averages (leaf i's noise from key i of the round's DP_NOISE stream, i
+    its index among all leaves)."""
     if not self.noise_multiplier:
       return sums
     numerator, denominator = sums
     std = self.noise_std(state, weights)
     key = round_key(state, Stream.DP_NOISE)
-    leaves, tree = jax.tree.flatten(numerator)
+    leaves, tree = jax.tree_util.tree_flatten_with_path(numerator)
     noised = [leaf + std * jax.random.normal(jax.random.fold_in(key, i),
                                              leaf.shape, leaf.dtype)
-              for i, leaf in enumerate(leaves)]
+              if self.released(path) else leaf
+              for i, (path, leaf) in enumerate(leaves)]
     return jax.tree.unflatten(tree, noised), denominator
 
   def unclipped(self, plans: ClientPlan, outputs: ClientOutput) -> jax.Array:

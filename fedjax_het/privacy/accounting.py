@@ -16,6 +16,13 @@ participation is not uniform sampling (availability, FedACS's sampling,
 sampling ∝ examples), the ε reported is the one without amplification: T
 compositions of the unsampled mechanism, with the reason in the facts.
 
+T is the run's `config.rounds`, fixed before the run (σ is calibrated from
+it, on the host, once): every round is charged, one that releases nothing
+(a secure-aggregation round below its dropout threshold, `parts.secagg`)
+included, so the ε reported bounds the ε of the rounds that released from
+above. Whether a round aborts depends on the cohort and its links, not on
+the clients' data.
+
 `dp-accounting` is an optional extra (`pip install -e ".[dp]"`): `require`
 names it in one line where a run asks for ε without it.
 """

@@ -33,7 +33,17 @@ local epoch of `local_steps` batches, then FedAvg of the client models.
   It does not read `config.clock` (refused in one line): a serial
   round-robin server has no reading on an asynchronous clock; nor
   `config.hierarchy`: its one server serialises the whole cohort, batch by
-  batch, across any cells.
+  batch, across any cells; nor `config.dp`: a client's gradients come
+  through the one server model, which every earlier client's data moved,
+  so one client's data changes every later client's update and no
+  per-client term of the sum has sensitivity S.
+
+Under DP (`config.dp`, `parts.dp`), FSL_MC's upload is its composed delta
+(x_c and its server copy), clipped to S as a whole, and the sum of Eq. 14
+over both noised: DP-FedAvg on the composed model. The ε covers the
+released model (client part and averaged server copies); the server that
+trains the copies sees every smashed activation and label, neither clipped
+nor noised, which the ε does not cover (`dp_release`).
 """
 from typing import Any
 
@@ -49,6 +59,7 @@ from fedjax_het.core.key_streams import Stream
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
 from fedjax_het.parts import cells as cells_lib
 from fedjax_het.parts import clock as clock_part
+from fedjax_het.parts import dp as dp_lib
 
 PyTree = Any
 
@@ -91,9 +102,12 @@ class FslMc(GradientReturn):
 
   name = 'fsl_mc'
   option_groups = (SplitOptions, clock_part.ClockOptions,
-                   cells_lib.HierarchyOptions)
+                   cells_lib.HierarchyOptions, dp_lib.DPOptions)
   protocol = accounting.FSL_MC
   averaged_parts = ('client', 'server')
+  dp_release = ('the composed model (x_c and the averaged server copies, '
+                'clipped together), not the smashed activations and labels '
+                'the server sees, which are neither clipped nor noised')
 
   def client_program(self) -> program.ClientProgram:
 
@@ -125,7 +139,10 @@ class FslOc(GradientReturn):
   unread_sections = {
       'hierarchy': 'its one server serves the whole cohort round-robin, '
                    'batch by batch, which cells\' edge rounds would split; '
-                   'fsl_mc runs in cells'}
+                   'fsl_mc runs in cells',
+      'dp': 'its one server model carries every earlier client\'s data into '
+            'the next client\'s gradients, so no per-client update has '
+            'sensitivity S'}
 
   def __init__(self, config, model, data):
     super().__init__(config, model, data)

@@ -75,6 +75,15 @@ per-client copies), which the cells part's E edge rounds, each averaging
 the client parts per cell, do not carry; they refuse the section in one
 line (`unread_sections`), as FSL_OC does.
 
+Under DP (`config.dp`, `parts.dp`; CSE-FSL and FSL_AN): each client's
+upload of (x_c, a_c), its delta (zero on x_s, which it does not train), is
+clipped to S and the cohort sum noised before Eq. 14 divides it, as FedAvg's.
+x_s is trained on the smashed activations, which are neither clipped nor
+noised, so the ε reported covers the release of (x_c, a_c) only, not x_s nor
+the smashed data the server sees (`dp_release`, in summary.json's dp facts).
+Each client's (x_c, a_c) update depends on its own data alone (the aux loss
+reads no server gradient), so one client moves the sum by at most w·S.
+
 Accounting per round (`round_metrics`, summed by the trainer):
 smashed_bytes_up, grad_bytes_down, model_bytes_up, model_bytes_down, bytes_up,
 bytes_down, gb (all traffic in 2^30 B), comm_rounds (smashed uploads) and
@@ -99,6 +108,7 @@ from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState, \
     round_key
 from fedjax_het.data import augment as augment_lib
 from fedjax_het.parts import clock as clock_part
+from fedjax_het.parts import dp as dp_lib
 from fedjax_het.parts import links_work
 from fedjax_het.options import (ConfigError, OptionGroup, in_range,
                                 non_negative, option, positive_int)
@@ -264,7 +274,10 @@ class CseFsl(SplitLearning):
 
   name = 'cse_fsl'
   option_groups = (SplitOptions, links_work.SystemsOptions,
-                   clock_part.ClockOptions)
+                   clock_part.ClockOptions, dp_lib.DPOptions)
+  dp_release = ('the client part and aux head (x_c, a_c) only: the server '
+                'part x_s is trained on smashed activations, which are '
+                'neither clipped nor noised')
   unread_sections = {
       'hierarchy': 'its server part trains after the local phase on the '
                    "round's smashed uploads (one model in arrival order, or "
