@@ -241,14 +241,6 @@ class ClipAndNoise(parts.Part):
     return recorded.replace(delta=jax.tree.map(
         lambda d: (d * factor).astype(d.dtype), output.delta))
 
-  @staticmethod
-  def uploaded_norm(plan: ClientPlan, output: ClientOutput) -> jax.Array | None:
-    """float32 scalar: min(‖Δ‖, S), the L2 norm of the delta `upload`
-    left (float32 rounding aside), or None where the dp part is off."""
-    if 'dp' not in (output.parts or {}):
-      return None
-    return jnp.minimum(output.parts['dp'], plan.parts['dp'])
-
   def noise_std(self, state: ServerState, weights: jax.Array) -> jax.Array:
     """σ·S·w_max·K/C: the std of the noise on every coordinate of the sum."""
     scale = self.noise_multiplier * self.cohort / self.noise_cohort

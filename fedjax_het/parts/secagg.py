@@ -9,18 +9,12 @@ two), step s = c/2^(b−1); an encoding is an integer q ∈ [−2^(b−1), 2^(b�
    (its weight times its — clipped, `parts.dp` — update, zero outside its
    submodel), coordinate by coordinate, at the end of its program
    (`upload`): q = clip(round(x/s), −2^(b−1), 2^(b−1) − 1); the coordinates
-   the clip changed are counted (`secagg_clipped`). Counting is a pass over
-   the update of its own; under dp it is skipped (`lax.cond`: a scan over
-   the clients skips it, a vmapped cohort computes both branches) where the
-   term's L2 norm w·min(‖Δ‖, S), which dp has measured, shows that no
-   coordinate can reach the range's edge: |x_i| ≤ ‖x‖₂ < (2^(b−1) − ½)·s,
-   with a margin for float32's rounding of the norm (`none_outside`); the
-   count is the same. What it uploads is q·s/w_n, so the method's sum
-   Σ w_n (q_n s/w_n) is s·Σ q_n: with a power-of-two step and weights 0/1
-   (`aggregation_weights='uniform'`) exactly, as long as K·2^(b−1) ≤ 2^24
-   (the float32 segment sums hold every integer below 2^24; more bits are
-   refused in one line); with other weights each term carries float32's
-   relative rounding 2^−24, far below half a step;
+   the clip changed are counted (`secagg_clipped`). What it uploads is q·s/w_n,
+   so the method's sum Σ w_n (q_n s/w_n) is s·Σ q_n: with a power-of-two step
+   and weights 0/1 (`aggregation_weights='uniform'`) exactly, as long as
+   K·2^(b−1) ≤ 2^24 (the float32 segment sums hold every integer below 2^24;
+   more bits are refused in one line); with other weights each term carries
+   float32's relative rounding 2^−24, far below half a step;
 2. the server decodes the segment sums (`release_sums`): Q = round(Σ/s), then
    Q mod 2^b read as a signed integer, times s. A coordinate whose integer sum
    Q lies outside [−2^(b−1), 2^(b−1)) wraps around: it is counted in
@@ -66,7 +60,6 @@ import jax.numpy as jnp
 
 from fedjax_het.core import parts
 from fedjax_het.core.state import ClientOutput, ClientPlan, ServerState
-from fedjax_het.parts import dp as dp_lib
 from fedjax_het.options import (ConfigError, OptionGroup, non_negative_int,
                                 option, positive)
 
@@ -141,40 +134,12 @@ class SecureSum(parts.Part):
                        'step': self.step,
                        'dropout_threshold': self.options.dropout_threshold}}
 
-  def rounded(self, term: jax.Array) -> jax.Array:
-    """float32 integers round(term/s), like `term`."""
-    return jnp.round(term.astype(jnp.float32) / self.step)
-
-  def encode(self, term: jax.Array) -> jax.Array:
-    """q = clip(round(term/s), −2^(b−1), 2^(b−1) − 1), float32 integers."""
-    return jnp.clip(self.rounded(term), -self.half, self.half - 1)
-
-  def clipped(self, terms: list) -> jax.Array:
-    """int32: coordinates of `terms` whose rounding leaves the range."""
-    return sum(jnp.sum((q < -self.half) | (q > self.half - 1))
-               for q in map(self.rounded, terms))
-
-  def none_outside(self, norm: jax.Array, size: int) -> jax.Array:
-    """bool: a term of L2 norm `norm` (float32, summed over `size`
-    coordinates) has no coordinate that rounds outside the range: every
-    |x_i| ≤ ‖x‖₂ < (2^(b−1) − ½)·s, ‖x‖₂ at most (1 + (size + 2)·2^−24)·norm
-    (the float32 sum of squares' worst-case relative error, and dp's
-    rescale)."""
-    margin = 1.0 + (size + 2) * 2.0**-24
-    return norm * margin < (self.half - 0.5) * self.step
-
-  def count_clipped(self, plan: ClientPlan, output: ClientOutput,
-                    terms: list) -> jax.Array:
-    """float32: `clipped(terms)`, 0 without counting where dp's norm of
-    the update shows none can be (`none_outside`)."""
-    norm = dp_lib.ClipAndNoise.uploaded_norm(plan, output)
-    if norm is None:
-      return self.clipped(terms).astype(jnp.float32)
-    size = sum(t.size for t in terms)
-    return jax.lax.cond(
-        self.none_outside(norm * jnp.abs(plan.active_weight()), size),
-        lambda _: jnp.zeros((), jnp.float32),
-        lambda ts: self.clipped(ts).astype(jnp.float32), terms)
+  def encode(self, term: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(q, clipped): float32 integers q = clip(round(term/s)) like `term`,
+    and the int32 count of coordinates the clip changed."""
+    q = jnp.round(term.astype(jnp.float32) / self.step)
+    clipped = jnp.sum((q < -self.half) | (q > self.half - 1))
+    return jnp.clip(q, -self.half, self.half - 1), clipped
 
   def upload(self, method, plan: ClientPlan,
              output: ClientOutput) -> ClientOutput:
@@ -184,11 +149,10 @@ class SecureSum(parts.Part):
     weight = plan.active_weight()
     safe = jnp.where(weight > 0, weight, 1.0)
     leaves, tree = jax.tree.flatten(output.delta)
-    terms = [leaf * weight for leaf in leaves]
-    sent = [jnp.where(weight > 0, self.encode(term) * self.step / safe,
-                      0.0).astype(leaf.dtype)
-            for leaf, term in zip(leaves, terms)]
-    clipped = self.count_clipped(plan, output, terms)
+    encoded = [self.encode(leaf * weight) for leaf in leaves]
+    sent = [jnp.where(weight > 0, q * self.step / safe, 0.0).astype(leaf.dtype)
+            for leaf, (q, _) in zip(leaves, encoded)]
+    clipped = sum(count for _, count in encoded).astype(jnp.float32)
     return output.replace(delta=jax.tree.unflatten(tree, sent),
                           parts={**(output.parts or {}), 'secagg': clipped})
 
