@@ -146,20 +146,24 @@ CHILDREN = {
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 'four_device_report', cpu_devices=4),
 }
-# The heterogeneity matrix's runs, in MATRIX_SHARDS children side by side:
-# each takes the next method no child has taken yet (`python
-# test_heterogeneity_matrix.py --queue SCRATCH`, the queue in SCRATCH's
-# parent, the session's shared directory), so that the two finish together
-# whatever each method costs. Its tests wait for all of them, and one child
-# alone would leave the other core idle meanwhile.
-MATRIX_SHARDS = 2
-MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{i}'
-                        for i in range(MATRIX_SHARDS))
+# The heterogeneity matrix's runs, in children side by side: one at XLA's
+# fusion emitters for the runs compared bit for bit (group 'exact'), two at
+# the suite's flags for the cells ON and the pins ('pinned', about twice the
+# runs at half the compile time); each takes the next method no child of its
+# group has taken yet (`python test_heterogeneity_matrix.py --queue GROUP
+# SCRATCH`, the queue in SCRATCH's parent, the session's shared directory),
+# so that they finish together whatever each method costs.
+MATRIX_GROUPS = {'exact': (1, ('xla_cpu_use_fusion_emitters',)),
+                 'pinned': (2, ())}
+MATRIX_CHILDREN = tuple(f'heterogeneity_matrix_{group}_{i}'
+                        for group, (count, _) in MATRIX_GROUPS.items()
+                        for i in range(count))
 CHILDREN.update({
-    name: Child('test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
-                'matrix', without_flags=('xla_cpu_use_fusion_emitters',),
-                args=('--queue',))
-    for name in MATRIX_CHILDREN})
+    f'heterogeneity_matrix_{group}_{i}': Child(
+        'test_heterogeneity_matrix.py', 'test_heterogeneity_matrix.py',
+        'matrix', without_flags=without, args=('--queue', group))
+    for group, (count, without) in MATRIX_GROUPS.items()
+    for i in range(count)})
 
 
 def reads_a_child(fixturenames) -> bool:

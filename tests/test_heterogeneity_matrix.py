@@ -23,11 +23,18 @@ compared directly: ON must move some parameter by more than float rounding
 
 The runs are in-process (`run.build_experiment` and the run's `RoundRunner`,
 no workdir), all of them in child processes, once per session (`matrix`,
-`script_utils.MATRIX_CHILDREN`: side by side, each taking the next method
-from one queue, `claimed_methods`),
-compiled with XLA:CPU's fusion emitters: bit for bit across two programs
-holds at a user's flags, not always at the suite's elemental emitters
-(HeteroFL's neutral q, T and clock move 1 ulp there).
+`script_utils.MATRIX_CHILDREN`), in two groups (`REPORTS`), each compiled at
+its own flags and taken a method at a time from its own queue
+(`claimed_methods`):
+
+- 'exact' (one child): each method without a part and its neutral runs,
+  compared bit for bit, at XLA:CPU's fusion emitters: bit for bit across two
+  programs holds at a user's flags, not always at the suite's elemental
+  emitters (HeteroFL's neutral q, T and clock move 1 ulp there);
+- 'pinned' (two children): each method without a part again, its cells ON
+  compared with it, and the pins, at the suite's flags (elemental emitters:
+  about half the compile time of the fusion emitters, and an effect is
+  orders above a last-bit change).
 
 The same runs pin every method's first rounds across engine refactors, as
 `test_pinned.py` pins its runs: the final parameters of each method without
@@ -399,23 +406,31 @@ def pinned_runs(methods) -> dict:
           for name, run in runs.items()}
 
 
-def method_report(algorithm: str) -> dict:
-  """The report of `algorithm`'s runs: 'on' {'method|kind': on_report} of
-  every accepted cell, 'neutral' {'method|kind': neutral_report} of those
-  whose neutral setting is the run without the part (`neutral_applies`), 'pins' (`pinned_runs`),
+# What each group of children reports (module docstring): the neutral runs
+# at the fusion emitters, the cells ON and the pins at the suite's flags.
+REPORTS = {'exact': ('neutral',), 'pinned': ('on', 'pins')}
+
+
+def method_report(algorithm: str, group: str | None = None) -> dict:
+  """The report of `algorithm`'s runs in `group` (`REPORTS`; None: both):
+  'on' {'method|kind': on_report} of every accepted cell, 'neutral'
+  {'method|kind': neutral_report} of those whose neutral setting is the run
+  without the part (`neutral_applies`), 'pins' (`pinned_runs`), and
   'cpu_seconds' {method: CPU seconds of its runs}."""
   cells = accepted_cells((algorithm,))
-  return {
-      'on': {f'{a}|{k}': on_report(a, k) for a, k in cells},
-      'neutral': {f'{a}|{k}': neutral_report(a, k) for a, k in cells
-                  if neutral_applies(a, k)},
-      'pins': pinned_runs((algorithm,)),
-      'cpu_seconds': {algorithm: CPU_SECONDS[algorithm]}}
+  reports = {
+      'on': lambda: {f'{a}|{k}': on_report(a, k) for a, k in cells},
+      'neutral': lambda: {f'{a}|{k}': neutral_report(a, k) for a, k in cells
+                          if neutral_applies(a, k)},
+      'pins': lambda: pinned_runs((algorithm,))}
+  keys = REPORTS[group] if group else tuple(reports)
+  report = {key: reports[key]() for key in keys}
+  return {**report, 'cpu_seconds': {algorithm: CPU_SECONDS[algorithm]}}
 
 
-def matrix_report(methods=tuple(sorted(ALGORITHMS))) -> dict:
-  """The reports of `methods` (an iterable, read once), merged."""
-  return merged([method_report(algorithm) for algorithm in methods])
+def matrix_report(methods=tuple(sorted(ALGORITHMS)), group=None) -> dict:
+  """The reports of `methods` (an iterable, read once) in `group`, merged."""
+  return merged([method_report(algorithm, group) for algorithm in methods])
 
 
 def costliest_first() -> list[str]:
@@ -447,23 +462,24 @@ REPORT_KEYS = ('on', 'neutral', 'pins', 'cpu_seconds')
 
 
 def merged(reports) -> dict:
-  """The reports (`method_report`s, children's) as one, each of their
-  dicts joined."""
-  return {key: {k: v for report in reports for k, v in report[key].items()}
-          for key in REPORT_KEYS}
+  """The reports (`method_report`s, children's) as one: their dicts joined,
+  the CPU seconds of a method summed over the groups that ran it."""
+  joined = {key: {} for key in REPORT_KEYS}
+  for report in reports:
+    for key, values in report.items():
+      for name, value in values.items():
+        joined[key][name] = (joined[key].get(name, 0) + value
+                             if key == 'cpu_seconds' else value)
+  return joined
 
 
 @pytest.fixture(scope='session')
 def matrix(tmp_path_factory, worker_id):
-  """`matrix_report()` compiled with XLA:CPU's fusion emitters (a user's
-  default; LLVM level 0 as the suite): child processes (`python
-  test_heterogeneity_matrix.py --queue SCRATCH`,
-  `script_utils.MATRIX_CHILDREN`),
-  once per session. The neutral settings are compared bit for bit across
-  two programs, and under the suite's elemental emitters
-  (`script_utils.test_xla_flags`) two programs may fuse differently:
-  HeteroFL's neutral q, T and clock runs then move 1 ulp; the pinned hashes
-  hold a refactor (another program) to bit-identity at these flags too."""
+  """`matrix_report()` from the child processes (`python
+  test_heterogeneity_matrix.py --queue GROUP SCRATCH`,
+  `script_utils.MATRIX_CHILDREN`), once per session: the neutral runs at
+  XLA:CPU's fusion emitters, the cells ON and the pins at the suite's flags
+  (module docstring)."""
   return merged([child_report(tmp_path_factory, worker_id, name)
                  for name in MATRIX_CHILDREN])
 
@@ -695,17 +711,21 @@ def markdown_matrix() -> str:
 
 
 if __name__ == '__main__':
-  # As a child of `matrix` (--queue SCRATCH, `script_utils.CHILDREN`): the
-  # report of the methods it claims from the session's queue beside SCRATCH
-  # (`claimed_methods`) as JSON on the last line. With --markdown, the whole
+  # As a child of `matrix` (--queue GROUP SCRATCH, `script_utils.CHILDREN`):
+  # the GROUP report of the methods it claims from the group's queue beside
+  # SCRATCH (`claimed_methods`) as JSON on the last line. With --markdown, the whole
   # matrix as a table; with --record, the pins this host adds
   # (`record_pins`).
   if sys.argv[1:] == ['--markdown']:
     print(markdown_matrix())
   elif sys.argv[1:] == ['--record']:
     record_pins()
-  elif len(sys.argv) == 3 and sys.argv[1] == '--queue':
+  elif (len(sys.argv) == 4 and sys.argv[1] == '--queue' and
+        sys.argv[2] in REPORTS):
+    group = sys.argv[2]
     print(json.dumps(matrix_report(claimed_methods(
-        pathlib.Path(sys.argv[2]).parent / 'heterogeneity_matrix_claims'))))
+        pathlib.Path(sys.argv[3]).parent /
+        f'heterogeneity_matrix_claims_{group}'), group)))
   else:
-    sys.exit(f'usage: {sys.argv[0]} [--markdown | --record | --queue SCRATCH]')
+    sys.exit(f'usage: {sys.argv[0]} [--markdown | --record | '
+             f'--queue {"|".join(REPORTS)} SCRATCH]')
