@@ -533,8 +533,8 @@ def test_the_children_claim_every_method_once(tmp_path):
 
 # ---- pins: the matrix's runs held across engine refactors ------------------
 # `pinned_matrix.json`: 'hashes' {host: {run: params_hash}}, bit for bit on
-# the host they were recorded on (`test_pinned.codegen_host`; the child's
-# flags), and 'summaries' {run: summary}, compared on every host to
+# the host they were recorded on (`test_pinned.codegen_host`; the 'pinned'
+# children's flags), and 'summaries' {run: summary}, compared on every host to
 # SUMMARY_RTOL of their scale (but the ViT methods', `chaotic`). Recorded
 # by `python tests/test_heterogeneity_matrix.py --record`, which adds only
 # what the file does not hold yet (this host's hashes, new runs' summaries):
@@ -548,6 +548,11 @@ def test_the_children_claim_every_method_once(tmp_path):
 # last bits, which PLATON's per-step top-k of its unit scores turns into
 # other units (every other pinned run, the 8 other ViT methods' included,
 # kept its hash).
+# Re-pinned, explained: every hash, and the ViT methods' summaries, when the
+# cells ON and the pins moved to the 'pinned' children at the suite's
+# elemental emitters (they ran at the fusion emitters before): the run of
+# the old children just before, on this host, reproduced every pinned hash,
+# and the other summaries were kept, so the new flags are held to them.
 PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                     'pinned_matrix.json')
 RECORD = 'python tests/test_heterogeneity_matrix.py --record'
