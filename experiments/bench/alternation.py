@@ -7,6 +7,7 @@ ratio of two variants timed in turns in one process is the measured quantity
 import time
 from typing import Any, Callable
 
+import jax
 import numpy as np
 
 from fedjax_het import run
@@ -44,12 +45,16 @@ def alternate(variants: dict[str, tuple[Callable[[Any], Any], Any]], repeats: in
   return wall, cpu
 
 
-def round_table(configs: dict, repeats: int, calls: int, label: str) -> str:
-  """The `ratio_rows` table of one round of each run of `configs` ({name:
-  config}, the first the reference), timed alternated (`alternate`)."""
+def round_table(configs: dict, repeats: int, calls: int, label: str,
+                setting: str) -> str:
+  """`setting` and the device count on a heading line, then the `ratio_rows`
+  table of one round of each run of `configs` ({name: config}, the first the
+  reference), timed alternated (`alternate`)."""
   wall, cpu = alternate({name: one_round(config) for name, config in configs.items()},
                         repeats, calls)
-  return '\n'.join(ratio_rows(wall, cpu, label))
+  heading = (f'{setting}, {jax.device_count()} device(s); {repeats} repeats x {calls} '
+             'rounds (s: per round)')
+  return '\n'.join([heading, *ratio_rows(wall, cpu, label)])
 
 
 def ratio_rows(wall: dict, cpu: dict, label: str = 'variant') -> list[str]:

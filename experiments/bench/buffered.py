@@ -57,10 +57,9 @@ def speed(repeats: int, calls: int) -> None:
   variants = {'FedAvg, K = 50 a round': synchronous,
               'buffered FedAvg, K = 50, C = 60': buffered(synchronous, workload.cohort,
                                                           **FEDBUFF)}
-  table = alternation.round_table(variants, repeats, calls, 'round')
-  print(f'W-MLP, {workload.num_clients} clients, {jax.device_count()} device(s); {repeats} '
-        f'repeats x {calls} calls (s: per round / server step)')
-  print(table)
+  print(alternation.round_table(
+      variants, repeats, calls, 'round',
+      f'W-MLP, {workload.num_clients} clients (a buffered round is a server step)'))
 
 
 def tree_bytes(tree) -> int:

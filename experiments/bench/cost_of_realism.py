@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 
 import alternation
-import jax
 
 from fedjax_het.tools import bench
 
@@ -60,13 +59,10 @@ def main():
   args = parser.parse_args()
   workload = dataclasses.replace(bench.WORKLOADS[args.workload],
                                  num_clients=args.num_clients, cohort=args.num_clients)
-  table = alternation.round_table(
+  print(alternation.round_table(
       {name: variant_config(workload, changes) for name, changes in VARIANTS.items()},
-      args.repeats, args.rounds, 'FedAvg with')
-  print(f'{args.workload}, {workload.num_clients} clients, all in every cohort, '
-        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
-        '(s: per round)')
-  print(table)
+      args.repeats, args.rounds, 'FedAvg with',
+      f'{args.workload}, {workload.num_clients} clients, all in every cohort'))
 
 
 if __name__ == '__main__':

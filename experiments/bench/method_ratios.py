@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 
 import alternation
-import jax
 
 from fedjax_het.tools import bench
 from fedjax_het.core import sharding
@@ -40,13 +39,10 @@ def main():
   if args.num_clients:
     workload = dataclasses.replace(workload, num_clients=args.num_clients)
   names = args.algorithms.split(',')
-  table = alternation.round_table(
+  print(alternation.round_table(
       {name: bench.workload_config(workload, 'auto', name) for name in names},
-      args.repeats, args.rounds, 'method')
-  print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
-        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
-        '(s: per round)')
-  print(table)
+      args.repeats, args.rounds, 'method',
+      f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}'))
 
 
 if __name__ == '__main__':

@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 
 import alternation
-import jax
 from cost_of_realism import variant_config
 
 from fedjax_het.tools import bench
@@ -51,13 +50,10 @@ def main():
   args = parser.parse_args()
   workload = dataclasses.replace(bench.WORKLOADS[args.workload],
                                  num_clients=args.num_clients, cohort=args.cohort)
-  table = alternation.round_table(
+  print(alternation.round_table(
       {name: variant_config(workload, changes) for name, changes in VARIANTS.items()},
-      args.repeats, args.rounds, 'FedAvg with')
-  print(f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}, '
-        f'{jax.device_count()} device(s); {args.repeats} repeats x {args.rounds} rounds '
-        '(s: per round)')
-  print(table)
+      args.repeats, args.rounds, 'FedAvg with',
+      f'{args.workload}, {workload.num_clients} clients, cohort {workload.cohort}'))
 
 
 if __name__ == '__main__':
