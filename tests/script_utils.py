@@ -143,6 +143,12 @@ CHILDREN = {
     'mask_table_report': Child('test_engine.py', 'test_engine.py',
                                'mask_table_report',
                                without_flags=('xla_cpu_use_fusion_emitters',)),
+    'vit_systems_report': Child('test_vit_systems.py', 'test_vit_systems.py',
+                                'vit_systems_report',
+                                without_flags=('xla_cpu_use_fusion_emitters',)),
+    'vit_buffered_report': Child('test_vit_buffered.py',
+                                 'test_vit_buffered.py', 'vit_buffered_report',
+                                 without_flags=('xla_cpu_use_fusion_emitters',)),
     'four_device_report': Child('multidevice_rounds.py', 'test_sharding.py',
                                 'four_device_report', cpu_devices=4),
 }

@@ -3,8 +3,6 @@
 the synchronous special case bit for bit, a K < N run against its host
 schedule with Co-S²P's charged clock, resume, and a trace's round times."""
 import json
-import subprocess
-import sys
 
 import chex
 import jax
@@ -19,7 +17,7 @@ from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.parts import clock as clock_part
 from fedjax_het.systems import traces
-from script_utils import REPO, TESTS, default_flags_env
+from script_utils import child_report
 from test_pinned import params_hash
 
 
@@ -66,25 +64,21 @@ def comparisons() -> dict:
   return out
 
 
-@pytest.fixture(scope='module')
-def compared():
+@pytest.fixture(scope='session')
+def vit_buffered_report(tmp_path_factory, worker_id):
   """`comparisons()` from a child at the fusion emitters (as
   test_vit_systems.py compares its runs: under the suite's elemental
   emitters two programs that compute the same may fuse differently)."""
-  env = default_flags_env(('xla_cpu_use_fusion_emitters',))
-  env['PYTHONPATH'] = REPO
-  result = subprocess.run([sys.executable, __file__], env=env, cwd=TESTS,
-                          capture_output=True, text=True, timeout=900)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return json.loads(result.stdout.strip().splitlines()[-1])
+  return child_report(tmp_path_factory, worker_id, 'vit_buffered_report')
 
 
 @pytest.mark.parametrize('name', ['vit_fedavg', 'cos2p'])
-def test_c_equal_k_equal_n_is_alg1_at_mu_one_bit_for_bit(compared, name):
+def test_c_equal_k_equal_n_is_alg1_at_mu_one_bit_for_bit(vit_buffered_report,
+                                                         name):
   """C = K = N = 3 with the constant weight (`synchronous_pair`): every
   client arrives in every step, slot n is client n, and the params equal
   Alg. 1's at μ = 1 (unequal round times) bit for bit."""
-  report = compared[name]
+  report = vit_buffered_report[name]
   assert report['client_id'] == [[0, 1, 2]] * 2 and report['arrives']
   assert report['table_rows'] == 3
   assert report['buffered'] == report['alg1']
@@ -199,5 +193,5 @@ def test_a_device_trace_times_a_vit_round_by_its_samples(tmp_path):
 
 
 if __name__ == '__main__':
-  # The child of `compared`: its report as JSON on the last line.
+  # The child of `vit_buffered_report`: its report as JSON on the last line.
   print(json.dumps(comparisons()))

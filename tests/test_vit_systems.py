@@ -7,8 +7,6 @@ heterogeneity matrix makes its runs: under the suite's elemental emitters
 two programs that compute the same may fuse differently and move the last
 bit (test_heterogeneity_matrix.py)."""
 import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -20,7 +18,7 @@ from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.methods import ALGORITHMS
 from fedjax_het.options import ConfigError
 from fedjax_het.systems import vit_cost
-from script_utils import REPO, TESTS, default_flags_env
+from script_utils import child_report
 from test_pinned import params_hash
 
 
@@ -111,21 +109,18 @@ def comparisons() -> dict:
   return out
 
 
-@pytest.fixture(scope='module')
-def compared():
-  """`comparisons()` from a child at the fusion emitters."""
-  env = default_flags_env(('xla_cpu_use_fusion_emitters',))
-  env['PYTHONPATH'] = REPO
-  result = subprocess.run([sys.executable, __file__], env=env, cwd=TESTS,
-                          capture_output=True, text=True, timeout=900)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return json.loads(result.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope='session')
+def vit_systems_report(tmp_path_factory, worker_id):
+  """`comparisons()` from a child at the fusion emitters
+  (`script_utils.CHILDREN`), once per session."""
+  return child_report(tmp_path_factory, worker_id, 'vit_systems_report')
 
 
-def test_the_neutral_setting_is_the_run_without_the_part(compared):
+def test_the_neutral_setting_is_the_run_without_the_part(vit_systems_report):
   """The part on at q = 0 and equal work trains the run without it, bit
   for bit, on the same clock."""
-  without, neutral = compared['without'], compared['neutral']
+  without = vit_systems_report['without']
+  neutral = vit_systems_report['neutral']
   assert neutral['parts'] == ['links_work', 'clock']
   assert without['parts'] == ['clock']
   assert neutral['hash'] == without['hash']
@@ -133,14 +128,16 @@ def test_the_neutral_setting_is_the_run_without_the_part(compared):
 
 
 @pytest.mark.parametrize('algorithm', ['cos2p', 'vit_fedrolex'])
-def test_a_lost_upload_is_a_client_of_weight_zero(compared, algorithm):
+def test_a_lost_upload_is_a_client_of_weight_zero(vit_systems_report,
+                                                  algorithm):
   """q = 1 for client 1 (its upload never arrives) trains what giving it
   weight 0 by hand trains, bit for bit: no holder's mean counts it (Co-S²P's
   Eq. 4 weights, FedRolex's holder means), and it uploads no bytes."""
-  lost, hand = compared[f'{algorithm} q=1'], compared[f'{algorithm} weight 0']
+  lost = vit_systems_report[f'{algorithm} q=1']
+  hand = vit_systems_report[f'{algorithm} weight 0']
   assert lost['hash'] == hand['hash']
   assert lost['bytes_up'] == hand['bytes_up']
-  assert lost['hash'] != compared['without']['hash']
+  assert lost['hash'] != vit_systems_report['without']['hash']
 
 
 def test_unequal_work_runs_and_is_charged_as_the_clients_steps():
@@ -190,5 +187,5 @@ def test_what_the_vit_clock_cannot_model_is_refused_in_one_line(keys,
 
 
 if __name__ == '__main__':
-  # The child of `compared`: its report as JSON on the last line.
+  # The child of `vit_systems_report`: its report as JSON on the last line.
   print(json.dumps(comparisons()))
