@@ -131,3 +131,13 @@ def stacked_masks(plans):
   that every field vmaps or slices over the cohort."""
   return plans.replace(mask=plans.client_masks(), mask_table=None,
                        mask_row=None)
+
+
+def cohort_outputs(algorithm, state, data):
+  """The round's plans and its clients' uploads [K] (after the parts')."""
+  plans = jax.jit(algorithm.plan_round)(state)
+  outputs = jax.jit(lambda p: jax.vmap(
+      algorithm.run_client, in_axes=(None, (p.cohort_axes(), None)))(
+          (state.params, None, data, p.mask_table),
+          (p.replace(mask_table=None), None)))(plans)
+  return plans, outputs

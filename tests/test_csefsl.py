@@ -15,7 +15,7 @@ from fedjax_het.core import RoundRunner, batching
 from fedjax_het.data import FederatedData, augment
 from fedjax_het.options import ConfigError
 from engine_utils import (assert_backends_agree, checkpoint_round_trip,
-                          committed, run_every_backend)
+                          cohort_outputs, committed, run_every_backend)
 from script_utils import load_script
 from test_cells_part import assert_cells_key_refused
 
@@ -536,16 +536,6 @@ def dp_build(name, **dp):
   return build(config=config)
 
 
-def split_uploads(method, state, data):
-  """The cohort's plans and uploads [K], after the parts' `upload`."""
-  plans = jax.jit(method.plan_round)(state)
-  outputs = jax.jit(lambda p: jax.vmap(
-      method.run_client, in_axes=(None, (p.cohort_axes(), None)))(
-          (state.params, None, data, p.mask_table),
-          (p.replace(mask_table=None), None)))(plans)
-  return plans, outputs
-
-
 def norms_by_part(delta):
   """{top-level part: [K] L2 norms of each client's delta on it}."""
   return {part: np.sqrt(sum(np.sum(np.square(np.asarray(x)),
@@ -564,7 +554,7 @@ def test_dp_clips_every_split_upload_to_s(name, uploaded):
   clip = 0.05
   method, state, data = dp_build(name, clip_norm=clip)
   assert method.parts.names == ('dp',)
-  _, outputs = split_uploads(method, state, data)
+  _, outputs = cohort_outputs(method, state, data)
   parts = norms_by_part(outputs.delta)
   total = np.sqrt(sum(np.square(parts[p]) for p in uploaded))
   np.testing.assert_allclose(total, clip, rtol=1e-5)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine_utils import tiny_config, tiny_method
+from engine_utils import cohort_outputs, tiny_config, tiny_method
 from fedjax_het import config as config_lib
 from fedjax_het.core.rounds import RoundRunner
 from fedjax_het.core.state import ClientOutput, ClientPlan
@@ -23,16 +23,6 @@ def build(name='fedavg', **dp):
     config.capacities = (0.5, 1.0)
   config.dp.update(dp)
   return tiny_method(config)
-
-
-def cohort_outputs(algorithm, state, data):
-  """The round's plans and its clients' uploads [K] (after the parts')."""
-  plans = jax.jit(algorithm.plan_round)(state)
-  outputs = jax.jit(lambda p: jax.vmap(
-      algorithm.run_client, in_axes=(None, (p.cohort_axes(), None)))(
-          (state.params, None, data, p.mask_table),
-          (p.replace(mask_table=None), None)))(plans)
-  return plans, outputs
 
 
 @pytest.mark.parametrize('name', ['fedavg', 'heterofl', 'fiarse',
