@@ -596,7 +596,7 @@ def test_dp_facts_say_the_epsilon_covers_the_client_part_only():
   assert covers.startswith('the client part and aux head (x_c, a_c) only')
   assert 'smashed activations' in covers
   fedavg = methods.ALGORITHMS['fedavg']
-  assert not hasattr(fedavg, 'dp_release')
+  assert fedavg.dp_release == 'the released model'
 
 
 def test_fsl_oc_refuses_dp_in_one_line():

@@ -135,17 +135,13 @@ def default_delta(num_clients: int) -> float:
   return float(num_clients)**-1.1
 
 
-# What the ε covers where the method says nothing else (`dp_release`).
-RELEASED_MODEL = 'the released model'
-
-
 class ClipAndNoise(parts.Part):
   """The part (module docstring). On where `dp.clip_norm` > 0."""
   name = 'dp'
 
   def __init__(self, options: DPOptions, *, cohort: int, num_clients: int,
                rounds: int, why_not_amplified: str | None,
-               covers: str = RELEASED_MODEL,
+               covers: str,
                averaged_parts: tuple[str, ...] | None = None):
     self.options = options
     self.covers = covers
@@ -187,7 +183,7 @@ class ClipAndNoise(parts.Part):
                num_clients=int(data.counts.shape[0]),
                rounds=int(config.rounds),
                why_not_amplified=no_amplification(method, config),
-               covers=getattr(method, 'dp_release', RELEASED_MODEL),
+               covers=method.dp_release,
                averaged_parts=method.averaged_parts)
 
   @property

@@ -59,6 +59,10 @@ class MethodTraits:
   edge_rule = 'mean'
   cell_defaults = cells_lib.FLAT
   averaged_parts = None
+  # What a DP run's ε covers (`parts.dp`, summary.json's dp.epsilon_covers):
+  # split learning's client part only, where the server trains on smashed
+  # activations that are neither clipped nor noised.
+  dp_release = 'the released model'
   # {section key: why the method does not read that section}, for the
   # one-line refusal of a value set there (`config.unread_value`).
   unread_sections = {}
